@@ -1,0 +1,115 @@
+# MacRack. `make run` brings up a local control plane, the operator and a
+# simulated fleet; `make test` runs every check CI runs.
+
+SHELL := /usr/bin/env bash -o pipefail
+.SHELLFLAGS := -ec
+
+BIN        := $(CURDIR)/bin
+K8S_BIN    := $(BIN)/k8s
+export KUBEBUILDER_ASSETS := $(K8S_BIN)
+export GOTOOLCHAIN := local
+
+CONTROLLER_GEN_VERSION := v0.23.0
+OPA_VERSION            := v1.22.3
+CONFTEST_VERSION       := v0.71.1
+
+CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
+OPA            := $(BIN)/opa-$(OPA_VERSION)
+CONFTEST       := $(BIN)/conftest-$(CONFTEST_VERSION)
+
+GO_TEST_FLAGS ?= -count=1
+UNIT_PKGS      = $$(go list ./... | grep -v /test/envtest)
+
+.PHONY: all
+all: build
+
+##@ Tools (each installed with its own module graph, pinned)
+
+$(CONTROLLER_GEN):
+	GOBIN=$(BIN)/.gobin-controller-gen go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+	mv $(BIN)/.gobin-controller-gen/controller-gen $@ && rm -rf $(BIN)/.gobin-controller-gen
+
+$(OPA):
+	GOBIN=$(BIN)/.gobin-opa go install github.com/open-policy-agent/opa@$(OPA_VERSION)
+	mv $(BIN)/.gobin-opa/opa $@ && rm -rf $(BIN)/.gobin-opa
+
+$(CONFTEST):
+	GOBIN=$(BIN)/.gobin-conftest go install github.com/open-policy-agent/conftest@$(CONFTEST_VERSION)
+	mv $(BIN)/.gobin-conftest/conftest $@ && rm -rf $(BIN)/.gobin-conftest
+
+.PHONY: tools
+tools: $(CONTROLLER_GEN)
+
+##@ Generation
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## Deepcopy code for the API types.
+	$(CONTROLLER_GEN) object paths="./api/..."
+
+.PHONY: manifests
+manifests: $(CONTROLLER_GEN) ## CRDs, RBAC and webhook manifests.
+	$(CONTROLLER_GEN) \
+	  crd:maxDescLen=512 paths="./api/..." output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) \
+	  rbac:roleName=macrack-operator paths="./..." output:rbac:artifacts:config=config/rbac
+
+##@ Control plane
+
+.PHONY: controlplane
+controlplane: ## Build kube-apiserver and etcd into bin/k8s from the Go module proxy.
+	hack/controlplane/build.sh $(K8S_BIN) kube-apiserver etcd
+
+.PHONY: kubectl
+kubectl:
+	hack/controlplane/build.sh $(K8S_BIN) kubectl
+
+##@ Build
+
+.PHONY: build
+build: ## Build every binary into bin/.
+	go build -o $(BIN)/ ./cmd/... ./hack/devcluster
+
+##@ Checks and tests
+
+.PHONY: fmt-check
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+.PHONY: vet
+vet:
+	go vet ./...
+
+.PHONY: check-generated
+check-generated: $(CONTROLLER_GEN) ## Fail if `make generate manifests` changes any file.
+	hack/check-generated.sh $(MAKE) generate manifests
+
+.PHONY: check-decoupling
+check-decoupling: ## Fail if the other project's name appears anywhere.
+	hack/check-decoupling.sh
+
+.PHONY: unit
+unit: ## Unit tests (no control plane).
+	go test $(GO_TEST_FLAGS) $(UNIT_PKGS)
+
+.PHONY: envtest
+envtest: controlplane ## Integration suites against a real kube-apiserver and etcd.
+	go test $(GO_TEST_FLAGS) -timeout 25m ./test/envtest/... -ginkgo.v=false
+
+.PHONY: test
+test: controlplane fmt-check vet check-generated check-decoupling unit envtest ## Everything CI runs.
+	@echo "make test: all checks passed"
+
+.PHONY: bench
+bench: controlplane ## Benchmarks; record the figures in BENCHMARKS.md.
+	go test -run '^$$' -bench . -benchmem $$(go list ./... )
+
+##@ Run
+
+.PHONY: run
+run: controlplane kubectl build ## Local control plane + operator; prints the KUBECONFIG line.
+	$(BIN)/devcluster --root $(CURDIR)
+
+.PHONY: clean
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,21 @@
+package v1alpha1
+
+// Condition types of a MacOSInstance.
+const (
+	// ConditionPlaced: the operator claimed a slot and set status.nodeName.
+	ConditionPlaced = "Placed"
+	// ConditionReady: the guest reports ready-for-work (agent).
+	ConditionReady = "Ready"
+)
+
+// Reasons used on instance conditions.
+const (
+	ReasonPlaced           = "Placed"
+	ReasonCapacityExceeded = "CapacityExceeded"
+	ReasonLeaseNotBound    = "LeaseNotBound"
+	ReasonPolicyDenied     = "PolicyDenied"
+)
+
+// DiskWipeFinalizer is the host agent's finalizer on an instance: it comes off
+// only after the instance disk is wiped.
+const DiskWipeFinalizer = "macrack.io/disk-wipe"

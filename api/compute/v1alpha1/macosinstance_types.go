@@ -1,0 +1,141 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// MacOSInstanceSpec is one macOS VM inside the tenant's lease.
+type MacOSInstanceSpec struct {
+	// leaseName names the MacNodeLease, in this namespace, that the VM runs in.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="leaseName is immutable"
+	LeaseName string `json:"leaseName"`
+
+	// imageName names the MacOSImage (macOS plus Xcode) to boot.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ImageName string `json:"imageName"`
+
+	// cpu is the number of virtual CPUs.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	CPU int32 `json:"cpu"`
+
+	// memory is the VM's memory, for example 8Gi.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="isQuantity(string(self)) && quantity(string(self)).isGreaterThan(quantity('0'))",message="memory must be a positive quantity"
+	Memory resource.Quantity `json:"memory"`
+
+	// disk is the VM's disk, for example 200Gi. The disk is cloned from the
+	// image and wiped when the instance is deleted.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="isQuantity(string(self)) && quantity(string(self)).isGreaterThan(quantity('0'))",message="disk must be a positive quantity"
+	Disk resource.Quantity `json:"disk"`
+}
+
+// VMPhase is the VM's state as the host agent sees it.
+// +kubebuilder:validation:Enum=Pending;Creating;Starting;Running;Stopping;Stopped;Failed
+type VMPhase string
+
+// The VM phases. Every phase but Stopped counts as live toward instance.cap.
+const (
+	VMPending  VMPhase = "Pending"
+	VMCreating VMPhase = "Creating"
+	VMStarting VMPhase = "Starting"
+	VMRunning  VMPhase = "Running"
+	VMStopping VMPhase = "Stopping"
+	VMStopped  VMPhase = "Stopped"
+	VMFailed   VMPhase = "Failed"
+)
+
+// RuntimeStatus is the host agent's part of the instance status.
+type RuntimeStatus struct {
+	// phase is the VM's state. An instance is live until the agent reports Stopped.
+	// +optional
+	Phase VMPhase `json:"phase,omitempty"`
+	// bootStage is the guest agent's last reported boot stage.
+	// +optional
+	BootStage string `json:"bootStage,omitempty"`
+	// xcodeVersions lists the Xcode versions found in the guest.
+	// +optional
+	// +listType=set
+	XcodeVersions []string `json:"xcodeVersions,omitempty"`
+	// diskHeadroom is the free space on the guest's system volume.
+	// +optional
+	DiskHeadroom *resource.Quantity `json:"diskHeadroom,omitempty"`
+	// readyForWork is the guest agent's verdict that the VM takes jobs.
+	// +optional
+	ReadyForWork bool `json:"readyForWork,omitempty"`
+	// message explains the phase, for example a start error.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+	// lastReportAt is when the guest agent last reported.
+	// +optional
+	LastReportAt *metav1.Time `json:"lastReportAt,omitempty"`
+}
+
+// MacOSInstanceStatus is split by owner: nodeName and the Placed condition are
+// the operator's, runtime is the host agent's.
+type MacOSInstanceStatus struct {
+	// nodeName is the Node the operator placed the instance on, after it
+	// claimed a slot there. It is a selectable field, so that each agent
+	// watches only its own instances.
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+
+	// observedGeneration is the generation the operator last reconciled.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions: Placed (operator), Ready (agent).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// runtime is the host agent's report of the VM.
+	// +optional
+	Runtime *RuntimeStatus `json:"runtime,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=mi,categories=macrack
+// +kubebuilder:selectablefield:JSONPath=`.status.nodeName`
+// +kubebuilder:printcolumn:name="Lease",type=string,JSONPath=`.spec.leaseName`
+// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.imageName`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.runtime.phase`
+// +kubebuilder:printcolumn:name="Ready",type=boolean,JSONPath=`.status.runtime.readyForWork`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// MacOSInstance is one macOS VM inside a lease.
+type MacOSInstance struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec MacOSInstanceSpec `json:"spec"`
+	// +optional
+	Status MacOSInstanceStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// MacOSInstanceList contains a list of MacOSInstance.
+type MacOSInstanceList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []MacOSInstance `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&MacOSInstance{}, &MacOSInstanceList{})
+}

@@ -1,0 +1,244 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// MacNodePhase is where a chassis is in its life.
+// +kubebuilder:validation:Enum=Pending;Enrolled;Ready;Leased;Quarantined;Rebooting;Retired
+type MacNodePhase string
+
+// The phases of a MacNode.
+const (
+	// MacNodePending: recorded at unboxing, no agent has reported yet.
+	MacNodePending MacNodePhase = "Pending"
+	// MacNodeEnrolled: the agent reports, but the chassis is not (yet) fit to lease.
+	MacNodeEnrolled MacNodePhase = "Enrolled"
+	// MacNodeReady: commercial hardware, healthy agent, free to lease.
+	MacNodeReady MacNodePhase = "Ready"
+	// MacNodeLeased: bound to one tenant's lease.
+	MacNodeLeased MacNodePhase = "Leased"
+	// MacNodeQuarantined: the kernel VM quota is stuck; no new instances.
+	MacNodeQuarantined MacNodePhase = "Quarantined"
+	// MacNodeRebooting: the host is rebooting to clear a stuck quota.
+	MacNodeRebooting MacNodePhase = "Rebooting"
+	// MacNodeRetired: taken out of service for good.
+	MacNodeRetired MacNodePhase = "Retired"
+)
+
+// MacNodeSpec names one physical chassis.
+// +kubebuilder:validation:XValidation:rule="self.serial == oldSelf.serial",message="serial is immutable",fieldPath=".serial"
+type MacNodeSpec struct {
+	// serial is the chassis serial as Apple prints it, for example C02XL0GHJGH5.
+	// It is immutable. The MacNode and its Node are named after it in lower case.
+	// +required
+	// +kubebuilder:validation:Pattern=`^[A-Z0-9]{8,17}$`
+	Serial string `json:"serial"`
+
+	// nodeClassName names the MacNodeClass (the SKU) of this chassis.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	NodeClassName string `json:"nodeClassName"`
+}
+
+// QuotaStateName is the host agent's view of the kernel VM quota.
+// +kubebuilder:validation:Enum=OK;Stuck
+type QuotaStateName string
+
+// The states of the kernel VM quota.
+const (
+	// QuotaOK: starts succeed up to the class's capacity.
+	QuotaOK QuotaStateName = "OK"
+	// QuotaStuck: the kernel refused a start with VZ error code 6 while fewer
+	// than two VMs ran. Only a host reboot clears it.
+	QuotaStuck QuotaStateName = "Stuck"
+)
+
+// QuotaReport is the agent's report of hv_apple_isa_vm_quota behaviour.
+type QuotaReport struct {
+	// state is OK, or Stuck after a code-6 refusal below capacity.
+	// +required
+	State QuotaStateName `json:"state"`
+	// runningVMs is how many VMs the agent runs right now.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	RunningVMs int32 `json:"runningVMs,omitempty"`
+	// lastErrorCode is the last VZErrorDomain code seen on a start, if any.
+	// +optional
+	LastErrorCode int32 `json:"lastErrorCode,omitempty"`
+	// lastErrorAt is when the agent saw lastErrorCode.
+	// +optional
+	LastErrorAt *metav1.Time `json:"lastErrorAt,omitempty"`
+}
+
+// ReportedFacts are the host agent's hardware and software facts. The agent
+// writes them and only them; they are always stored, even when they fail the
+// class, so that the operator can say why a node is not Ready.
+type ReportedFacts struct {
+	// disk is the internal SSD size.
+	// +optional
+	Disk *resource.Quantity `json:"disk,omitempty"`
+	// networkGbps is the negotiated NIC speed.
+	// +optional
+	NetworkGbps *int32 `json:"networkGbps,omitempty"`
+	// chip is the Apple silicon generation.
+	// +optional
+	Chip string `json:"chip,omitempty"`
+	// memory is the unified memory.
+	// +optional
+	Memory *resource.Quantity `json:"memory,omitempty"`
+	// macOSVersion is the host's macOS version.
+	// +optional
+	MacOSVersion string `json:"macOSVersion,omitempty"`
+	// sipEnabled is System Integrity Protection. A host with SIP off never becomes Ready.
+	// +optional
+	SIPEnabled *bool `json:"sipEnabled,omitempty"`
+	// bootArgs is the host's NVRAM boot-args, verbatim.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	BootArgs string `json:"bootArgs,omitempty"`
+	// virtualizationEntitlement is whether the agent's signature carries
+	// com.apple.security.virtualization.
+	// +optional
+	VirtualizationEntitlement *bool `json:"virtualizationEntitlement,omitempty"`
+	// quota is the kernel VM quota as the agent sees it.
+	// +optional
+	Quota *QuotaReport `json:"quota,omitempty"`
+	// images lists the MacOSImage names present on this host.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	Images []string `json:"images,omitempty"`
+	// agentVersion is the host agent's version.
+	// +optional
+	AgentVersion string `json:"agentVersion,omitempty"`
+}
+
+// Binding records which lease holds the chassis. It is authoritative: the
+// operator writes it with optimistic concurrency, and nothing else may bind
+// the chassis until it is cleared.
+type Binding struct {
+	// leaseNamespace is the tenant's namespace.
+	// +required
+	LeaseNamespace string `json:"leaseNamespace"`
+	// leaseName is the MacNodeLease's name.
+	// +required
+	LeaseName string `json:"leaseName"`
+	// leaseUID is the MacNodeLease's UID, so that a recreated lease of the same
+	// name is not mistaken for the one that was bound.
+	// +required
+	LeaseUID types.UID `json:"leaseUID"`
+	// boundAt is when the chassis was claimed.
+	// +required
+	BoundAt metav1.Time `json:"boundAt"`
+	// earliestReleaseAt is boundAt plus the lease's minimumDuration. The chassis
+	// stays with this tenant at least until then.
+	// +required
+	EarliestReleaseAt metav1.Time `json:"earliestReleaseAt"`
+}
+
+// Slot is one VM slot of the chassis, claimed by one instance.
+type Slot struct {
+	// namespace of the MacOSInstance.
+	// +required
+	Namespace string `json:"namespace"`
+	// name of the MacOSInstance.
+	// +required
+	Name string `json:"name"`
+	// uid of the MacOSInstance. The agent starts a VM only for a UID named here.
+	// +required
+	UID types.UID `json:"uid"`
+}
+
+// LeaseRecord is one past lease of this chassis, kept because Events expire.
+type LeaseRecord struct {
+	// +required
+	LeaseNamespace string `json:"leaseNamespace"`
+	// +required
+	LeaseName string `json:"leaseName"`
+	// +optional
+	LeaseUID types.UID `json:"leaseUID,omitempty"`
+	// +required
+	BoundAt metav1.Time `json:"boundAt"`
+	// +required
+	ReleasedAt metav1.Time `json:"releasedAt"`
+}
+
+// MacNodeStatus is split by owner: reported belongs to the host agent,
+// everything else to the operator.
+type MacNodeStatus struct {
+	// phase is the operator's summary of the chassis' state.
+	// +optional
+	Phase MacNodePhase `json:"phase,omitempty"`
+
+	// observedGeneration is the generation the operator last reconciled.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions are the operator's: HardwareCompliant, AgentReady, Leased, Ready.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// reported holds the host agent's facts. Only the agent writes it.
+	// +optional
+	Reported *ReportedFacts `json:"reported,omitempty"`
+
+	// binding is the lease that holds this chassis, if any.
+	// +optional
+	Binding *Binding `json:"binding,omitempty"`
+
+	// slots are the VM slots claimed by instances; at most the class's vmCapacity.
+	// +optional
+	// +listType=map
+	// +listMapKey=uid
+	// +kubebuilder:validation:MaxItems=2
+	Slots []Slot `json:"slots,omitempty"`
+
+	// history lists past leases, newest last, bounded.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	History []LeaseRecord `json:"history,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=mn,categories=macrack
+// +kubebuilder:validation:XValidation:rule="self.metadata.name == self.spec.serial.lowerAscii()",message="metadata.name must be spec.serial in lower case",fieldPath=".spec.serial"
+// +kubebuilder:printcolumn:name="Serial",type=string,JSONPath=`.spec.serial`
+// +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.nodeClassName`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Tenant",type=string,JSONPath=`.status.binding.leaseNamespace`
+// +kubebuilder:printcolumn:name="Lease",type=string,JSONPath=`.status.binding.leaseName`
+// +kubebuilder:printcolumn:name="Release After",type=date,JSONPath=`.status.binding.earliestReleaseAt`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// MacNode is one physical Mac mini, by serial.
+type MacNode struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec MacNodeSpec `json:"spec"`
+	// +optional
+	Status MacNodeStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// MacNodeList contains a list of MacNode.
+type MacNodeList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []MacNode `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&MacNode{}, &MacNodeList{})
+}

@@ -1,0 +1,119 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// MacNodeLeasePhase is where a lease is in its life.
+// +kubebuilder:validation:Enum=Pending;Bound;Held;Released
+type MacNodeLeasePhase string
+
+// The phases of a MacNodeLease.
+const (
+	// LeasePending: no chassis is bound yet.
+	LeasePending MacNodeLeasePhase = "Pending"
+	// LeaseBound: a chassis is the tenant's.
+	LeaseBound MacNodeLeasePhase = "Bound"
+	// LeaseHeld: deleted before earliestReleaseAt; the chassis stays with the
+	// tenant, and takes no one else, until then.
+	LeaseHeld MacNodeLeasePhase = "Held"
+	// LeaseReleased: the chassis went back to the free pool.
+	LeaseReleased MacNodeLeasePhase = "Released"
+)
+
+// MacNodeLeaseSpec asks for one whole chassis of a class.
+type MacNodeLeaseSpec struct {
+	// nodeClassName names the MacNodeClass to lease.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	NodeClassName string `json:"nodeClassName"`
+
+	// minimumDuration is how long the chassis is the tenant's at least, as a
+	// duration string such as "24h" or "72h". It is never below 24h, and never
+	// shrinks once the lease is bound. The defaulting webhook writes "24h" when
+	// it is unset; without that webhook an unset value is refused.
+	// +required
+	// +kubebuilder:validation:MinLength=2
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	MinimumDuration string `json:"minimumDuration"`
+}
+
+// MacNodeLeaseStatus is written by the operator. Every transition stamps its
+// time here, for billing.
+type MacNodeLeaseStatus struct {
+	// phase is Pending, Bound, Held or Released.
+	// +optional
+	Phase MacNodeLeasePhase `json:"phase,omitempty"`
+
+	// observedGeneration is the generation the operator last reconciled.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// nodeName is the Node (and MacNode) bound to this lease.
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
+
+	// serial is the bound chassis' serial.
+	// +optional
+	Serial string `json:"serial,omitempty"`
+
+	// boundAt is when the chassis was claimed.
+	// +optional
+	BoundAt *metav1.Time `json:"boundAt,omitempty"`
+
+	// earliestReleaseAt is boundAt plus minimumDuration.
+	// +optional
+	EarliestReleaseAt *metav1.Time `json:"earliestReleaseAt,omitempty"`
+
+	// heldAt is when a delete before earliestReleaseAt put the lease in Held.
+	// +optional
+	HeldAt *metav1.Time `json:"heldAt,omitempty"`
+
+	// releasedAt is when the chassis went back to the pool.
+	// +optional
+	ReleasedAt *metav1.Time `json:"releasedAt,omitempty"`
+
+	// conditions: Bound, Held, Released.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=mnl,categories=macrack
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.nodeClassName`
+// +kubebuilder:printcolumn:name="Serial",type=string,JSONPath=`.status.serial`
+// +kubebuilder:printcolumn:name="Bound At",type=date,JSONPath=`.status.boundAt`
+// +kubebuilder:printcolumn:name="Earliest Release",type=string,format=date-time,JSONPath=`.status.earliestReleaseAt`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// MacNodeLease gives its namespace one whole chassis of a class, for at least
+// minimumDuration.
+type MacNodeLease struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec MacNodeLeaseSpec `json:"spec"`
+	// +optional
+	Status MacNodeLeaseStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// MacNodeLeaseList contains a list of MacNodeLease.
+type MacNodeLeaseList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []MacNodeLease `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&MacNodeLease{}, &MacNodeLeaseList{})
+}

@@ -1,0 +1,124 @@
+// Command operator runs the MacRack controllers and admission webhooks.
+package main
+
+import (
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+)
+
+// options are the operator's command-line settings.
+type options struct {
+	metricsAddr          string
+	probeAddr            string
+	enableLeaderElection bool
+	leaderElectionID     string
+	leaderElectionNS     string
+	webhookPort          int
+	webhookCertDir       string
+	webhookCertName      string
+	webhookKeyName       string
+	enableHTTP2          bool
+}
+
+func main() {
+	var opts options
+	fs := flag.CommandLine
+	fs.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8080", "The address the metrics endpoint binds to; 0 disables it.")
+	fs.StringVar(&opts.probeAddr, "health-probe-bind-address", ":8081", "The address the health and ready probes bind to.")
+	fs.BoolVar(&opts.enableLeaderElection, "leader-elect", false, "Enable leader election, so that only one replica reconciles.")
+	fs.StringVar(&opts.leaderElectionID, "leader-election-id", "operator.macrack.io", "The name of the leader election Lease.")
+	fs.StringVar(&opts.leaderElectionNS, "leader-election-namespace", "", "The namespace of the leader election Lease; defaults to the pod's namespace.")
+	fs.IntVar(&opts.webhookPort, "webhook-port", 9443, "The port the webhook server serves TLS on.")
+	fs.StringVar(&opts.webhookCertDir, "webhook-cert-dir", "", "The directory holding the webhook serving certificate; defaults to controller-runtime's.")
+	fs.StringVar(&opts.webhookCertName, "webhook-cert-name", "tls.crt", "The webhook serving certificate's file name in --webhook-cert-dir.")
+	fs.StringVar(&opts.webhookKeyName, "webhook-key-name", "tls.key", "The webhook serving key's file name in --webhook-cert-dir.")
+	fs.BoolVar(&opts.enableHTTP2, "enable-http2", false, "Serve webhooks and metrics over HTTP/2 as well (off: CVE-2023-44487).")
+	zapOpts := zap.Options{Development: false}
+	zapOpts.BindFlags(fs)
+	flag.Parse()
+
+	log := zap.New(zap.UseFlagOptions(&zapOpts))
+	ctrl.SetLogger(log)
+
+	if err := run(log, opts); err != nil {
+		log.Error(err, "Operator stopped")
+		os.Exit(1)
+	}
+}
+
+// newScheme registers every kind the operator reads or writes.
+func newScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{
+		clientgoscheme.AddToScheme,
+		fleetv1alpha1.AddToScheme,
+		leasingv1alpha1.AddToScheme,
+		computev1alpha1.AddToScheme,
+	} {
+		if err := add(s); err != nil {
+			return nil, fmt.Errorf("building scheme: %w", err)
+		}
+	}
+	return s, nil
+}
+
+func run(log logr.Logger, opts options) error {
+	scheme, err := newScheme()
+	if err != nil {
+		return err
+	}
+	var tlsOpts []func(*tls.Config)
+	if !opts.enableHTTP2 {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: opts.metricsAddr, TLSOpts: tlsOpts},
+		HealthProbeBindAddress:  opts.probeAddr,
+		LeaderElection:          opts.enableLeaderElection,
+		LeaderElectionID:        opts.leaderElectionID,
+		LeaderElectionNamespace: opts.leaderElectionNS,
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Port:     opts.webhookPort,
+			CertDir:  opts.webhookCertDir,
+			CertName: opts.webhookCertName,
+			KeyName:  opts.webhookKeyName,
+			TLSOpts:  tlsOpts,
+		}),
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("adding health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return fmt.Errorf("adding ready check: %w", err)
+	}
+
+	log.Info("Starting manager")
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		return fmt.Errorf("running manager: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,141 @@
+// Command devcluster is `make run`: it starts a local kube-apiserver and etcd
+// from bin/k8s with envtest's flags, installs the CRDs, runs the operator
+// against them, writes a kubeconfig under bin/ and prints the line that
+// points kubectl at it. Ctrl-C stops every process it started.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+func main() {
+	root := flag.String("root", ".", "The repository root (holds bin/ and config/).")
+	operatorArgs := flag.String("operator-args", "", "Extra flags for the operator, space separated.")
+	flag.Parse()
+	if err := run(*root, *operatorArgs); err != nil {
+		fmt.Fprintf(os.Stderr, "devcluster: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(root, extraArgs string) error {
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return err
+	}
+	bin := filepath.Join(root, "bin")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: filepath.Join(bin, "k8s"),
+	}
+	fmt.Println("devcluster: starting etcd and kube-apiserver from bin/k8s")
+	if _, err := env.Start(); err != nil {
+		return fmt.Errorf("starting control plane: %w", err)
+	}
+	defer func() {
+		fmt.Println("devcluster: stopping kube-apiserver and etcd")
+		if err := env.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "devcluster: stopping control plane: %v\n", err)
+		}
+	}()
+
+	admin, err := env.ControlPlane.AddUser(envtest.User{Name: "macrack-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return fmt.Errorf("adding admin user: %w", err)
+	}
+	kubeconfig, err := admin.KubeConfig()
+	if err != nil {
+		return fmt.Errorf("rendering kubeconfig: %w", err)
+	}
+	kubeconfigPath := filepath.Join(bin, "kubeconfig")
+	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
+		return fmt.Errorf("writing kubeconfig: %w", err)
+	}
+
+	operator, err := startProcess("operator", filepath.Join(bin, "operator"), operatorArgs(kubeconfigPath, extraArgs))
+	if err != nil {
+		return err
+	}
+	defer operator.stop()
+
+	fmt.Printf(`
+devcluster: ready. %d CRDs installed, the operator is running.
+
+    export KUBECONFIG=%s
+    export PATH=%s:$PATH    # kubectl v1.37.2, built from the module proxy
+    kubectl get crd
+
+Press Ctrl-C to stop everything.
+`, len(env.CRDs), kubeconfigPath, filepath.Join(bin, "k8s"))
+
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-operator.done:
+		return fmt.Errorf("operator exited: %w", operator.err)
+	}
+}
+
+func operatorArgs(kubeconfig, extra string) []string {
+	return append([]string{
+		"--kubeconfig=" + kubeconfig,
+		"--metrics-bind-address=127.0.0.1:18080",
+		"--health-probe-bind-address=127.0.0.1:18081",
+		"--zap-devel",
+	}, strings.Fields(extra)...)
+}
+
+// child is a process devcluster started and must stop.
+type child struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+func startProcess(name, path string, args []string) (*child, error) {
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	// Its own process group, so Ctrl-C reaches it only through us, in order;
+	// Pdeathsig, so it dies with us even if we are killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s %s: %w", name, path, err)
+	}
+	c := &child{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() { c.err = cmd.Wait(); close(c.done) }()
+	fmt.Printf("devcluster: %s started (pid %d)\n", name, cmd.Process.Pid)
+	return c, nil
+}
+
+// stop asks the process to terminate, and kills it after ten seconds.
+func (c *child) stop() {
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	fmt.Printf("devcluster: stopping %s\n", c.name)
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
+}

@@ -1,0 +1,87 @@
+// Package boundaries checks the import rules that keep the host agent a
+// client of the Kubernetes API only, and the policy package free of controller
+// code (DESIGN, "Boundaries").
+package boundaries
+
+import (
+	"bytes"
+	"fmt"
+	"os/exec"
+	"sort"
+	"strings"
+)
+
+// Rule forbids packages matching Guarded from depending, directly or not, on
+// any package under Forbidden. Both are relative to the module path.
+type Rule struct {
+	Guarded   []string
+	Forbidden []string
+}
+
+// Rules are the repository's import boundaries.
+var Rules = []Rule{
+	{
+		Guarded:   []string{"cmd/agent", "cmd/vm-helper", "internal/agent", "internal/guest"},
+		Forbidden: []string{"internal/reconcile", "internal/admission"},
+	},
+	{
+		Guarded:   []string{"internal/policy"},
+		Forbidden: []string{"internal/reconcile", "internal/admission", "internal/agent"},
+	},
+}
+
+// Violation is one forbidden dependency.
+type Violation struct {
+	Package, Imports string
+}
+
+func (v Violation) String() string { return v.Package + " depends on " + v.Imports }
+
+// Check runs `go list -deps` in the module at dir and returns every violation
+// of rules, and the guarded packages it checked.
+func Check(dir string, rules []Rule) (violations []Violation, checked []string, err error) {
+	module, err := goList(dir, "-m")
+	if err != nil {
+		return nil, nil, err
+	}
+	mod := strings.TrimSpace(module)
+	for _, r := range rules {
+		var patterns []string
+		for _, g := range r.Guarded {
+			patterns = append(patterns, "./"+g+"/...")
+		}
+		// -e: a guarded folder that does not exist yet matches nothing.
+		out, err := goList(dir, append([]string{"-e", "-f", "{{if not .Error}}{{.ImportPath}}{{end}}"}, patterns...)...)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, pkg := range strings.Fields(out) {
+			checked = append(checked, pkg)
+			deps, err := goList(dir, "-deps", "-f", "{{.ImportPath}}", pkg)
+			if err != nil {
+				return nil, nil, err
+			}
+			for _, dep := range strings.Fields(deps) {
+				for _, f := range r.Forbidden {
+					prefix := mod + "/" + f
+					if dep == prefix || strings.HasPrefix(dep, prefix+"/") {
+						violations = append(violations, Violation{Package: pkg, Imports: dep})
+					}
+				}
+			}
+		}
+	}
+	sort.Strings(checked)
+	return violations, checked, nil
+}
+
+func goList(dir string, args ...string) (string, error) {
+	cmd := exec.Command("go", append([]string{"list"}, args...)...)
+	cmd.Dir = dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go list %s in %s: %w: %s", strings.Join(args, " "), dir, err, stderr.String())
+	}
+	return stdout.String(), nil
+}

@@ -1,0 +1,4 @@
+package guest
+
+// Clean imports nothing from the operator.
+const Clean = true

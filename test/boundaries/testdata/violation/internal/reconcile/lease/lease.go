@@ -1,0 +1,4 @@
+package lease
+
+// Name is here so the agent fixture has something to import.
+const Name = "lease"

@@ -1,0 +1,247 @@
+package schema
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
+)
+
+// expectSchemaRefusal asserts that the API server refused the write as
+// Invalid (422), with a cause on exactly this field path, of this type,
+// whose message contains messagePart.
+func expectSchemaRefusal(err error, field string, causeType metav1.CauseType, messagePart string) {
+	GinkgoHelper()
+	Expect(err).To(HaveOccurred(), "the API server admitted an object the schema must refuse")
+	Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want 422 Invalid, got %v", err)
+	var status apierrors.APIStatus
+	Expect(errors.As(err, &status)).To(BeTrue())
+	details := status.Status().Details
+	Expect(details).NotTo(BeNil(), "no details in %v", err)
+	var fields []string
+	for _, c := range details.Causes {
+		fields = append(fields, string(c.Type)+" "+c.Field+": "+c.Message)
+		if c.Field == field && c.Type == causeType && strings.Contains(c.Message, messagePart) {
+			return
+		}
+	}
+	Fail("no cause " + string(causeType) + " on " + field + " saying " + messagePart + "; causes: " + strings.Join(fields, "; "))
+}
+
+func newNamespace() string {
+	GinkgoHelper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "schema-"}}
+	Expect(k8s.Create(ctx, ns)).To(Succeed())
+	return ns.Name
+}
+
+func obj(apiVersion, kind, name string, spec map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": apiVersion,
+		"kind":       kind,
+		"metadata":   map[string]any{"name": name},
+		"spec":       spec,
+	}}
+	return u
+}
+
+func class(name string, mutate func(spec map[string]any)) *unstructured.Unstructured {
+	spec := map[string]any{"chip": "M4", "memory": "16Gi", "disk": "1T", "networkGbps": int64(10), "vmCapacity": int64(2)}
+	if mutate != nil {
+		mutate(spec)
+	}
+	return obj("fleet.macrack.io/v1alpha1", "MacNodeClass", name, spec)
+}
+
+func lease(ns, name string, mutate func(spec map[string]any)) *unstructured.Unstructured {
+	spec := map[string]any{"nodeClassName": "m4-16g-1t", "minimumDuration": "24h"}
+	if mutate != nil {
+		mutate(spec)
+	}
+	u := obj("leasing.macrack.io/v1alpha1", "MacNodeLease", name, spec)
+	u.SetNamespace(ns)
+	return u
+}
+
+func instance(ns, name string, mutate func(spec map[string]any)) *unstructured.Unstructured {
+	spec := map[string]any{"leaseName": "l1", "imageName": "img", "cpu": int64(4), "memory": "8Gi", "disk": "200Gi"}
+	if mutate != nil {
+		mutate(spec)
+	}
+	u := obj("compute.macrack.io/v1alpha1", "MacOSInstance", name, spec)
+	u.SetNamespace(ns)
+	return u
+}
+
+func macNode(name, serial string) *unstructured.Unstructured {
+	return obj("fleet.macrack.io/v1alpha1", "MacNode", name, map[string]any{"serial": serial, "nodeClassName": "m4-16g-1t"})
+}
+
+var _ = Describe("The CRDs", func() {
+	It("are the five MacRack kinds", func() {
+		Expect(env.CRDNames()).To(ConsistOf(
+			"macnodeclasses.fleet.macrack.io",
+			"macnodes.fleet.macrack.io",
+			"macosimages.fleet.macrack.io",
+			"macnodeleases.leasing.macrack.io",
+			"macosinstances.compute.macrack.io",
+		))
+	})
+})
+
+var _ = Describe("Every sample in config/samples", func() {
+	It("is accepted by the schema", func() {
+		ns := newNamespace()
+		files, err := filepath.Glob(filepath.Join(harness.RepoRoot(), "config", "samples", "*.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(files).NotTo(BeEmpty())
+		kinds := map[string]bool{}
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			Expect(err).NotTo(HaveOccurred())
+			dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+			for {
+				u := &unstructured.Unstructured{}
+				if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+					break
+				} else {
+					Expect(err).NotTo(HaveOccurred(), f)
+				}
+				if len(u.Object) == 0 {
+					continue
+				}
+				mapping, err := k8s.RESTMapper().RESTMapping(u.GroupVersionKind().GroupKind(), u.GroupVersionKind().Version)
+				Expect(err).NotTo(HaveOccurred(), f)
+				if mapping.Scope.Name() == "namespace" {
+					u.SetNamespace(ns)
+				}
+				Expect(k8s.Create(ctx, u)).To(Succeed(), "sample %s", filepath.Base(f))
+				kinds[u.GetKind()] = true
+			}
+		}
+		Expect(kinds).To(HaveLen(5), "the samples show every kind")
+	})
+})
+
+var _ = Describe("The schema", func() {
+	var ns string
+	BeforeEach(func() { ns = newNamespace() })
+
+	Context("MacNodeClass.spec.vmCapacity", func() {
+		It("accepts 1 and 2", func() {
+			Expect(k8s.Create(ctx, class("cap-one", func(s map[string]any) { s["vmCapacity"] = int64(1) }))).To(Succeed())
+			Expect(k8s.Create(ctx, class("cap-two", nil))).To(Succeed())
+		})
+		It("refuses 3", func() {
+			err := k8s.Create(ctx, class("cap-three", func(s map[string]any) { s["vmCapacity"] = int64(3) }))
+			expectSchemaRefusal(err, "spec.vmCapacity", metav1.CauseTypeFieldValueInvalid, "less than or equal to 2")
+		})
+		It("refuses 0", func() {
+			err := k8s.Create(ctx, class("cap-zero", func(s map[string]any) { s["vmCapacity"] = int64(0) }))
+			expectSchemaRefusal(err, "spec.vmCapacity", metav1.CauseTypeFieldValueInvalid, "greater than or equal to 1")
+		})
+	})
+
+	Context("MacNodeLease.spec.minimumDuration", func() {
+		It("accepts duration strings such as 24h, 1440m and 36h30m", func() {
+			for i, d := range []string{"24h", "1440m", "36h30m", "86400s"} {
+				Expect(k8s.Create(ctx, lease(ns, "ok-"+string(rune('a'+i)), func(s map[string]any) { s["minimumDuration"] = d }))).To(Succeed(), d)
+			}
+		})
+		DescribeTable("refuses a malformed duration",
+			func(d any) {
+				err := k8s.Create(ctx, lease(ns, "malformed", func(s map[string]any) { s["minimumDuration"] = d }))
+				if _, isString := d.(string); isString {
+					expectSchemaRefusal(err, "spec.minimumDuration", metav1.CauseTypeFieldValueInvalid, "should match")
+				} else {
+					expectSchemaRefusal(err, "spec.minimumDuration", metav1.CauseTypeTypeInvalid, "string")
+				}
+			},
+			Entry("a day unit Go does not parse", "1d"),
+			Entry("words", "24 hours"),
+			Entry("a bare number", "24"),
+			Entry("a negative duration", "-24h"),
+			Entry("a number, not a string", int64(86400)),
+		)
+		It("refuses a missing minimumDuration, because the schema has no default", func() {
+			err := k8s.Create(ctx, lease(ns, "missing", func(s map[string]any) { delete(s, "minimumDuration") }))
+			expectSchemaRefusal(err, "spec.minimumDuration", metav1.CauseTypeFieldValueRequired, "Required value")
+		})
+	})
+
+	Context("MacNode.spec.serial", func() {
+		It("accepts a MacNode named after its serial in lower case, and later updates of other fields", func() {
+			n := macNode("c02xl0ghjgh1", "C02XL0GHJGH1")
+			Expect(k8s.Create(ctx, n)).To(Succeed())
+			Expect(unstructured.SetNestedField(n.Object, "m4-pro", "spec", "nodeClassName")).To(Succeed())
+			Expect(k8s.Update(ctx, n)).To(Succeed())
+		})
+		It("refuses a changed serial", func() {
+			n := macNode("c02xl0ghjgh2", "C02XL0GHJGH2")
+			Expect(k8s.Create(ctx, n)).To(Succeed())
+			Expect(unstructured.SetNestedField(n.Object, "C02XL0GHJGH9", "spec", "serial")).To(Succeed())
+			err := k8s.Update(ctx, n)
+			expectSchemaRefusal(err, "spec.serial", metav1.CauseTypeFieldValueInvalid, "serial is immutable")
+		})
+		It("refuses a removed serial", func() {
+			n := macNode("c02xl0ghjgh3", "C02XL0GHJGH3")
+			Expect(k8s.Create(ctx, n)).To(Succeed())
+			unstructured.RemoveNestedField(n.Object, "spec", "serial")
+			err := k8s.Update(ctx, n)
+			expectSchemaRefusal(err, "spec.serial", metav1.CauseTypeFieldValueRequired, "Required value")
+		})
+		It("refuses a MacNode whose name is not its serial in lower case", func() {
+			err := k8s.Create(ctx, macNode("some-other-name", "C02XL0GHJGH4"))
+			expectSchemaRefusal(err, "spec.serial", metav1.CauseTypeFieldValueInvalid, "metadata.name must be spec.serial in lower case")
+		})
+		It("refuses a serial that is not as Apple prints it", func() {
+			err := k8s.Create(ctx, macNode("c02xl0ghjgh5x", "c02xl0ghjgh5x"))
+			expectSchemaRefusal(err, "spec.serial", metav1.CauseTypeFieldValueInvalid, "should match")
+		})
+	})
+
+	Context("quantities", func() {
+		It("accept the quantity forms 16Gi, 1T, 1000000000000 and 1e12", func() {
+			for i, disk := range []any{"1T", int64(1000000000000), "1e12", "931Gi"} {
+				Expect(k8s.Create(ctx, class("q-ok-"+string(rune('a'+i)), func(s map[string]any) { s["disk"] = disk }))).To(Succeed(), "%v", disk)
+			}
+			Expect(k8s.Create(ctx, instance(ns, "q-ok", nil))).To(Succeed())
+		})
+		DescribeTable("refuse a negative or malformed quantity",
+			func(build func() client.Object, field, message string) {
+				expectSchemaRefusal(k8s.Create(ctx, build()), field, metav1.CauseTypeFieldValueInvalid, message)
+			},
+			Entry("a negative class memory", func() client.Object {
+				return class("q-neg-mem", func(s map[string]any) { s["memory"] = "-16Gi" })
+			}, "spec.memory", "memory must be a positive quantity"),
+			Entry("a negative integer class disk", func() client.Object {
+				return class("q-neg-disk", func(s map[string]any) { s["disk"] = int64(-1) })
+			}, "spec.disk", "disk must be a positive quantity"),
+			Entry("a zero class disk", func() client.Object {
+				return class("q-zero-disk", func(s map[string]any) { s["disk"] = "0" })
+			}, "spec.disk", "disk must be a positive quantity"),
+			Entry("a malformed class disk", func() client.Object {
+				return class("q-bad-disk", func(s map[string]any) { s["disk"] = "1 TB" })
+			}, "spec.disk", "should match"),
+			Entry("a malformed instance memory", func() client.Object {
+				return instance(ns, "q-bad-mem", func(s map[string]any) { s["memory"] = "8 gigs" })
+			}, "spec.memory", "should match"),
+			Entry("a negative instance disk", func() client.Object {
+				return instance(ns, "q-neg-disk", func(s map[string]any) { s["disk"] = "-200Gi" })
+			}, "spec.disk", "disk must be a positive quantity"),
+		)
+	})
+})
