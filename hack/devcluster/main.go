@@ -45,6 +45,7 @@ func run(root, extraArgs string) error {
 	}
 	fmt.Println("devcluster: starting etcd and kube-apiserver from bin/k8s")
 	if _, err := env.Start(); err != nil {
+		_ = env.Stop()
 		return fmt.Errorf("starting control plane: %w", err)
 	}
 	defer func() {
