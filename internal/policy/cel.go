@@ -1,0 +1,161 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/admission"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/cel/environment"
+)
+
+// celRule is a CEL twin compiled exactly as the API server compiles a
+// ValidatingAdmissionPolicy (k8s.io/apiserver's validating plugin).
+type celRule struct {
+	file      *celFile
+	policy    *admissionregistrationv1.ValidatingAdmissionPolicy
+	validator validating.Validator
+}
+
+// compileVAP mirrors compilePolicy in k8s.io/apiserver's validating plugin:
+// the same environment (the base env set at the default compatibility
+// version, strict cost), the same variable declarations, the same composited
+// compiler for variables, match conditions, validations and messages.
+func compileVAP(envSet *environment.EnvSet, p *admissionregistrationv1.ValidatingAdmissionPolicy) (validating.Validator, error) {
+	hasParam := p.Spec.ParamKind != nil
+	optionalVars := plugincel.OptionalVariableDeclarations{HasParams: hasParam, HasAuthorizer: true}
+	expressionOptionalVars := plugincel.OptionalVariableDeclarations{HasParams: hasParam, HasAuthorizer: false}
+	compiler, err := plugincel.NewCompositedCompiler(envSet)
+	if err != nil {
+		return nil, err
+	}
+	variables := make([]plugincel.NamedExpressionAccessor, len(p.Spec.Variables))
+	for i, v := range p.Spec.Variables {
+		variables[i] = &validating.Variable{Name: v.Name, Expression: v.Expression}
+	}
+	compiler.CompileAndStoreVariables(variables, optionalVars, environment.StoredExpressions)
+
+	var matcher matchconditions.Matcher
+	if len(p.Spec.MatchConditions) > 0 {
+		conds := make([]plugincel.ExpressionAccessor, len(p.Spec.MatchConditions))
+		for i := range p.Spec.MatchConditions {
+			conds[i] = (*matchconditions.MatchCondition)(&p.Spec.MatchConditions[i])
+		}
+		matcher = matchconditions.NewMatcher(compiler.CompileCondition(conds, optionalVars, environment.StoredExpressions),
+			p.Spec.FailurePolicy, "policy", "validate", p.Name)
+	}
+	validations := make([]plugincel.ExpressionAccessor, len(p.Spec.Validations))
+	messages := make([]plugincel.ExpressionAccessor, len(p.Spec.Validations))
+	for i, v := range p.Spec.Validations {
+		validations[i] = &validating.ValidationCondition{Expression: v.Expression, Message: v.Message, Reason: v.Reason}
+		if v.MessageExpression != "" {
+			messages[i] = &validating.MessageExpressionCondition{MessageExpression: v.MessageExpression}
+		}
+	}
+	validationFilter := compiler.CompileCondition(validations, optionalVars, environment.StoredExpressions)
+	messageFilter := compiler.CompileCondition(messages, expressionOptionalVars, environment.StoredExpressions)
+	var errs []string
+	for _, e := range validationFilter.CompilationErrors() {
+		errs = append(errs, e.Error())
+	}
+	for _, e := range messageFilter.CompilationErrors() {
+		errs = append(errs, e.Error())
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("compiling %s: %s", p.Name, strings.Join(errs, "; "))
+	}
+	return validating.NewValidator(validationFilter, matcher,
+		compiler.CompileCondition(nil, optionalVars, environment.StoredExpressions),
+		messageFilter, p.Spec.FailurePolicy, nil), nil
+}
+
+// newCELEnvSet is the environment the API server builds for admission
+// policies at this version.
+func newCELEnvSet() *environment.EnvSet {
+	return environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion())
+}
+
+// matches reports whether the request falls under the policy's
+// matchConstraints, as the API server decides it (resource, subresource,
+// operation; MacRack's policies use no selectors).
+func (r *celRule) matches(req *Request) bool {
+	mc := r.policy.Spec.MatchConstraints
+	resource := req.Resource.Resource
+	if req.SubResource != "" {
+		resource += "/" + req.SubResource
+	}
+	for _, rule := range mc.ResourceRules {
+		if !containsOrStar(rule.APIGroups, req.Resource.Group) || !containsOrStar(rule.APIVersions, req.Resource.Version) {
+			continue
+		}
+		if !containsOrStar(rule.Resources, resource) {
+			continue
+		}
+		for _, op := range rule.Operations {
+			if op == admissionregistrationv1.OperationAll || string(op) == req.Operation {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func containsOrStar(list []string, v string) bool {
+	return slices.Contains(list, "*") || slices.Contains(list, v)
+}
+
+// eval runs the twin on one input and normalises the answer.
+func (r *celRule) eval(ctx context.Context, in *Input, params runtime.Object) outcome {
+	var obj, old runtime.Object
+	if in.Object != nil {
+		obj = &unstructured.Unstructured{Object: in.Object}
+	}
+	if in.OldObject != nil {
+		old = &unstructured.Unstructured{Object: in.OldObject}
+	}
+	req := in.Request
+	attrs := admission.NewAttributesRecord(obj, old, req.Kind, req.Namespace, req.Name, req.Resource, req.SubResource,
+		admission.Operation(req.Operation), nil, false,
+		&user.DefaultInfo{Name: req.UserInfo.Username, UID: req.UserInfo.UID, Groups: req.UserInfo.Groups})
+	versioned := &admission.VersionedAttributes{Attributes: attrs, VersionedKind: req.Kind, VersionedObject: admission.NewLazyObject(obj), VersionedOldObject: admission.NewLazyObject(old)}
+	if !r.file.Params {
+		params = nil
+	}
+	result := r.validator.Validate(ctx, req.Resource, versioned, params, nil, celconfig.RuntimeCELCostBudget, nil)
+
+	var out outcome
+	for i, d := range result.Decisions {
+		switch d.Evaluation {
+		case validating.EvalError:
+			out.errs = append(out.errs, d.Message)
+		case validating.EvalDeny:
+			code := r.file.ID
+			if i < len(r.file.Validations) {
+				code = r.file.Validations[i].Code
+			}
+			out.violations = append(out.violations, Violation{Rule: r.file.ID, Code: code, Message: d.Message})
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		out.errs = append(out.errs, err.Error())
+	}
+	return out
+}
+
+// paramsObject is the params ConfigMap the in-process twin receives.
+func paramsObject(p Params) runtime.Object {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": ParamsConfigMapName, "namespace": DefaultParamsNamespace},
+		"data":     p.Data(),
+	}}
+}

@@ -1,0 +1,280 @@
+// Package policy evaluates MacRack's invariants. It loads policies/ once:
+// every rule's Rego as a prepared query, and, for the rules the API server can
+// enforce, the CEL twin compiled as a ValidatingAdmissionPolicy. Decide asks
+// every rule that applies to a request, compares the twins, and fails closed.
+// The webhooks, the reconcilers, the agent and the CLI share it.
+package policy
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// Engine holds the compiled rules. It is safe for concurrent use.
+type Engine struct {
+	rules    []*Rule
+	byKind   map[string][]*Rule
+	revision string
+	params   Params
+	timeout  time.Duration
+	log      logr.Logger
+	metrics  *metrics
+	celFiles []*celFile
+}
+
+// Rule is one invariant and its engines.
+type Rule struct {
+	// ID is the rule id, e.g. lease.floor.
+	ID string
+	// Title and Description come from the Rego METADATA.
+	Title, Description string
+	// Kinds are the "group/Kind" keys the rule applies to.
+	Kinds []string
+	// Engines declares the twins the rule must have: rego, and cel where the
+	// API server enforces it too.
+	Engines []string
+
+	rego *regoRule
+	cel  *celRule
+}
+
+// HasCEL reports whether the rule has, or must have, a CEL twin.
+func (r *Rule) HasCEL() bool { return r.cel != nil || slices.Contains(r.Engines, "cel") }
+
+// Option configures Load.
+type Option func(*Engine)
+
+// WithLogger sets the logger for disagreements and errors.
+func WithLogger(l logr.Logger) Option { return func(e *Engine) { e.log = l } }
+
+// WithTimeout bounds one Decide; past it, the answer is policy.error.
+func WithTimeout(d time.Duration) Option { return func(e *Engine) { e.timeout = d } }
+
+// WithDefaultParams sets the params used when an Input carries none.
+func WithDefaultParams(p Params) Option { return func(e *Engine) { e.params = p } }
+
+// DefaultTimeout bounds one Decide unless WithTimeout says otherwise.
+const DefaultTimeout = 2 * time.Second
+
+// Load reads and compiles every rule in fsys (the policies/ folder). A rule
+// is a Rego package macrack.<area>.<rule> whose METADATA names its id; a CEL
+// twin is an <area>/<rule>.cel.yaml with the same id.
+func Load(ctx context.Context, fsys fs.FS, opts ...Option) (*Engine, error) {
+	e := &Engine{byKind: map[string][]*Rule{}, timeout: DefaultTimeout, log: logr.Discard(), metrics: newMetrics()}
+	for _, o := range opts {
+		o(e)
+	}
+	rev, err := revision(fsys)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrLoad, err)
+	}
+	e.revision = rev
+
+	modules, celFiles, err := readBundle(fsys)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrLoad, err)
+	}
+	compiler := ast.NewCompiler().WithCapabilities(capabilities()).WithUseTypeCheckAnnotations(true)
+	if compiler.Compile(modules); compiler.Failed() {
+		return nil, fmt.Errorf("%w: %w", ErrLoad, compiler.Errors)
+	}
+
+	byID := map[string]*Rule{}
+	names := make([]string, 0, len(modules))
+	for name := range modules {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		m := modules[name]
+		r, err := ruleFromMetadata(name, m)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrLoad, err)
+		}
+		if r == nil {
+			continue // a library package, such as macrack.lib
+		}
+		if _, dup := byID[r.ID]; dup {
+			return nil, fmt.Errorf("%w: rule %s is defined twice", ErrLoad, r.ID)
+		}
+		if r.rego, err = prepareRego(ctx, compiler, r.ID, m.Package.Path); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrLoad, err)
+		}
+		byID[r.ID] = r
+	}
+
+	envSet := newCELEnvSet()
+	for _, f := range celFiles {
+		r, ok := byID[f.ID]
+		if !ok {
+			// A twin without its Rego: keep it, so that every request the
+			// rule concerns is denied as a disagreement, not silently allowed.
+			r = &Rule{ID: f.ID, Title: f.ID, Kinds: f.Kinds, Engines: []string{"rego", "cel"}}
+			byID[f.ID] = r
+		}
+		p := f.vap(e.revision)
+		v, err := compileVAP(envSet, p)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrLoad, f.path, err)
+		}
+		r.cel = &celRule{file: f, policy: p, validator: v}
+		e.celFiles = append(e.celFiles, f)
+	}
+
+	for _, id := range sortedKeys(byID) {
+		r := byID[id]
+		e.rules = append(e.rules, r)
+		for _, k := range r.Kinds {
+			e.byKind[k] = append(e.byKind[k], r)
+		}
+	}
+	return e, nil
+}
+
+// readBundle parses the rule modules (not tests, not the conftest entry
+// point) and the CEL files.
+func readBundle(fsys fs.FS) (map[string]*ast.Module, []*celFile, error) {
+	modules := map[string]*ast.Module{}
+	var celFiles []*celFile
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p == "conftest" {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		switch {
+		case strings.HasSuffix(p, "_test.rego"):
+			return nil
+		case strings.HasSuffix(p, ".rego"):
+			src, err := fs.ReadFile(fsys, p)
+			if err != nil {
+				return err
+			}
+			m, err := ast.ParseModuleWithOpts(p, string(src), ast.ParserOptions{ProcessAnnotation: true, RegoVersion: ast.RegoV1})
+			if err != nil {
+				return err
+			}
+			modules[p] = m
+		case strings.HasSuffix(p, ".cel.yaml"):
+			src, err := fs.ReadFile(fsys, p)
+			if err != nil {
+				return err
+			}
+			f, err := parseCELFile(p, src)
+			if err != nil {
+				return err
+			}
+			celFiles = append(celFiles, f)
+		}
+		return nil
+	})
+	return modules, celFiles, err
+}
+
+// ruleFromMetadata reads the package METADATA of a rule module. Modules
+// without custom.id are libraries.
+func ruleFromMetadata(name string, m *ast.Module) (*Rule, error) {
+	for _, a := range m.Annotations {
+		if a.Scope != "package" {
+			continue
+		}
+		id, _ := a.Custom["id"].(string)
+		if id == "" {
+			return nil, nil
+		}
+		want := "data.macrack." + strings.ReplaceAll(strings.ReplaceAll(id, "-", "_"), ".", ".")
+		if m.Package.Path.String() != want {
+			return nil, fmt.Errorf("%s: rule %s must be package %s, not %s", name, id, strings.TrimPrefix(want, "data."), m.Package.Path)
+		}
+		r := &Rule{ID: id, Title: a.Title, Description: strings.TrimSpace(a.Description)}
+		for _, k := range asStrings(a.Custom["kinds"]) {
+			if !strings.Contains(k, "/") {
+				return nil, fmt.Errorf("%s: kind %q is not group/Kind", name, k)
+			}
+			r.Kinds = append(r.Kinds, k)
+		}
+		r.Engines = asStrings(a.Custom["engines"])
+		if len(r.Kinds) == 0 {
+			return nil, fmt.Errorf("%s: rule %s lists no kinds", name, id)
+		}
+		return r, nil
+	}
+	return nil, nil
+}
+
+func asStrings(v any) []string {
+	list, _ := v.([]any)
+	out := make([]string, 0, len(list))
+	for _, x := range list {
+		if s, ok := x.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// revision is a content hash of the bundle, so that a decision names the
+// exact policies that made it.
+func revision(fsys fs.FS) (string, error) {
+	h := sha256.New()
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		ext := path.Ext(p)
+		if ext != ".rego" && ext != ".yaml" {
+			return nil
+		}
+		data, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", p, len(data))
+		h.Write(data)
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// Revision is the content hash of the loaded bundle.
+func (e *Engine) Revision() string { return e.revision }
+
+// Rules lists the loaded rules, by id.
+func (e *Engine) Rules() []*Rule { return e.rules }
+
+// Rule returns one rule by id.
+func (e *Engine) Rule(id string) (*Rule, bool) {
+	for _, r := range e.rules {
+		if r.ID == id {
+			return r, true
+		}
+	}
+	return nil, false
+}

@@ -1,0 +1,12 @@
+// Package policies holds MacRack's invariants: every rule in Rego, and the
+// ones the API server can enforce also in CEL. Reviewers read and test this
+// folder directly (opa test, conftest); the operator embeds it.
+package policies
+
+import "embed"
+
+// FS is the policy bundle: <area>/<rule>.rego, their tests, the CEL twins
+// (<area>/<rule>.cel.yaml) and the conftest entry point.
+//
+//go:embed lib lease tenancy instance node quota agent conftest
+var FS embed.FS

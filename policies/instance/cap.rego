@@ -1,0 +1,77 @@
+# METADATA
+# title: instance.cap
+# description: |
+#   A chassis runs at most vmCapacity macOS VMs, and never more than two (the
+#   kernel's hv_apple_isa_vm_quota). The cap holds per lease, per node, and on
+#   the MacNode's slots. An instance is live, and counts, until the agent
+#   reports it Stopped; a Stopping instance counts.
+# custom:
+#   id: instance.cap
+#   kinds:
+#   - compute.macrack.io/MacOSInstance
+#   - fleet.macrack.io/MacNode
+#   engines: [rego]
+#   inventory:
+#   - nodeClass: the class of the lease's (or the node's) chassis
+#   - leaseInstances: the instances of the lease (index instances-by-lease)
+#   - nodeInstances: the instances placed on the node (index instances-by-node)
+package macrack.instance.cap
+
+import data.macrack.lib
+
+code := "instance.cap"
+
+cap := lib.vm_capacity
+
+uid := object.get(lib.new, ["metadata", "uid"], "")
+
+name := object.get(lib.new, ["metadata", "name"], "")
+
+# others are the live instances in list other than the one being written.
+others(list) := [sprintf("%s", [i.metadata.name]) |
+	some i in list
+	lib.live(i)
+	not same_instance(i)
+]
+
+same_instance(i) if {
+	uid != ""
+	is_object(i)
+	object.get(i, ["metadata", "uid"], "") == uid
+}
+
+same_instance(i) if {
+	uid == ""
+	is_object(i)
+	object.get(i, ["metadata", "name"], "") == name
+	object.get(i, ["metadata", "namespace"], "") == object.get(lib.new, ["metadata", "namespace"], "")
+}
+
+violations contains {"code": code, "message": msg} if {
+	input.request.kind.kind == "MacOSInstance"
+	lib.operation == "CREATE"
+	live := others(object.get(input, ["inventory", "leaseInstances"], []))
+	count(live) >= cap
+	msg := sprintf("instance.cap: lease %s already has %d live instances (%s); a chassis runs at most %d", [
+		object.get(lib.new, ["spec", "leaseName"], "?"), count(live), concat(", ", sort(live)), cap,
+	])
+}
+
+violations contains {"code": code, "message": msg} if {
+	input.request.kind.kind == "MacOSInstance"
+	lib.operation == "UPDATE"
+	node := object.get(lib.new, ["status", "nodeName"], "")
+	node != ""
+	node != object.get(lib.old, ["status", "nodeName"], "")
+	live := others(object.get(input, ["inventory", "nodeInstances"], []))
+	count(live) >= cap
+	msg := sprintf("instance.cap: node %s already runs %d live instances (%s); it runs at most %d", [node, count(live), concat(", ", sort(live)), cap])
+}
+
+violations contains {"code": code, "message": msg} if {
+	input.request.kind.kind == "MacNode"
+	lib.operation in {"CREATE", "UPDATE"}
+	slots := object.get(lib.new, ["status", "slots"], [])
+	count(slots) > cap
+	msg := sprintf("instance.cap: MacNode %s has %d slots; its class allows at most %d", [name, count(slots), cap])
+}

@@ -1,0 +1,153 @@
+# METADATA
+# title: Shared helpers
+# description: |
+#   Helpers every MacRack rule shares: the request, Kubernetes quantities and
+#   durations, time, identities, taints and instance liveness. They hold no rule.
+package macrack.lib
+
+# A Kubernetes quantity, as resource.ParseQuantity accepts it.
+quantity_pattern := `^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$`
+
+# A Go duration string, as the CRD schema accepts it.
+duration_pattern := `^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+
+# The commercial floors.
+floor_ns := 86400000000000 # 24h
+
+one_terabyte := 1000000000000 # 1T = 10^12 bytes
+
+min_network_gbps := 10
+
+max_vms := 2
+
+operation := input.request.operation
+
+# new and old are the written object and the stored one; {} where absent or
+# null (oldObject on CREATE, object on DELETE), as in a ValidatingAdmissionPolicy.
+default new := {}
+
+new := input.object if is_object(input.object)
+
+default old := {}
+
+old := input.oldObject if is_object(input.oldObject)
+
+sub_resource := object.get(input.request, "subResource", "")
+
+username := object.get(input.request, ["userInfo", "username"], "")
+
+# A number is a quantity when it is whole, as the API server decodes JSON
+# integers; a fractional number is not.
+is_quantity(x) if {
+	is_number(x)
+	x == floor(x)
+}
+
+is_quantity(x) if {
+	is_string(x)
+	regex.match(quantity_pattern, x)
+}
+
+# quantity is the value of a quantity; units.parse, never units.parse_bytes,
+# which reads "m" as mega. units.parse has no n or u, so those scale by hand.
+quantity(x) := x if {
+	is_number(x)
+	x == floor(x)
+}
+
+quantity(x) := units.parse(x) if {
+	is_string(x)
+	regex.match(quantity_pattern, x)
+	not endswith(x, "n")
+	not endswith(x, "u")
+}
+
+quantity(x) := units.parse(trim_suffix(x, "n")) / 1000000000 if {
+	is_string(x)
+	regex.match(quantity_pattern, x)
+	endswith(x, "n")
+}
+
+quantity(x) := units.parse(trim_suffix(x, "u")) / 1000000 if {
+	is_string(x)
+	regex.match(quantity_pattern, x)
+	endswith(x, "u")
+}
+
+is_duration(x) if {
+	is_string(x)
+	regex.match(duration_pattern, x)
+}
+
+# show renders a value for a message: strings as they are, others as JSON.
+show(x) := x if is_string(x)
+
+show(x) := json.marshal(x) if not is_string(x)
+
+# before(t) holds when now is before the RFC 3339 time t. A missing clock
+# counts as before, so that a rule that needs the time fails closed.
+before(_) if not input.now
+
+before(t) if time.parse_rfc3339_ns(input.now) < time.parse_rfc3339_ns(t)
+
+# The operator's own identity, from the params.
+is_operator if {
+	op := input.params.data.operatorUsername
+	op != ""
+	username == op
+}
+
+# agents_namespace is the namespace that holds the agents' ServiceAccounts.
+agents_namespace := ns if {
+	ns := input.params.data.agentsNamespace
+	is_string(ns)
+	ns != ""
+}
+
+# agent_node is the node of the requesting host agent, if the requester is one.
+agent_node := trim_prefix(username, prefix) if {
+	prefix := concat("", ["system:serviceaccount:", agents_namespace, ":agent-"])
+	startswith(username, prefix)
+}
+
+# macrack_taints are a Node's macrack.io/ taints, as key=value:effect strings.
+macrack_taints(node) := {sprintf("%s=%s:%s", [t.key, object.get(t, "value", ""), object.get(t, "effect", "")]) |
+	some t in object.get(node, ["spec", "taints"], [])
+	startswith(t.key, "macrack.io/")
+}
+
+macrack_taint_keys(node) := {t.key |
+	some t in object.get(node, ["spec", "taints"], [])
+	startswith(t.key, "macrack.io/")
+}
+
+# An instance is live, and counts toward the cap, until the agent reports it stopped.
+live(instance) if {
+	is_object(instance)
+	object.get(instance, ["status", "runtime", "phase"], "") != "Stopped"
+}
+
+# vm_capacity is the inventory class's capacity, never above the kernel's
+# two, and two when the class is unknown.
+vm_capacity := min([c, max_vms]) if {
+	c := object.get(input, ["inventory", "nodeClass", "spec", "vmCapacity"], null)
+	is_number(c)
+} else := max_vms
+
+# Phases in which a MacNode may host a lease.
+serving_phases := {"Ready", "Leased"}
+
+# enters_service holds when a MacNode status write moves it into Ready or Leased.
+enters_service if {
+	operation == "UPDATE"
+	object.get(new, ["status", "phase"], "") in serving_phases
+	not object.get(old, ["status", "phase"], "") in serving_phases
+}
+
+# removed_macrack_finalizers names each macrack.io/ finalizer the update removes.
+removed_macrack_finalizers contains f if {
+	operation == "UPDATE"
+	some f in object.get(old, ["metadata", "finalizers"], [])
+	startswith(f, "macrack.io/")
+	not f in object.get(new, ["metadata", "finalizers"], [])
+}

@@ -1,0 +1,104 @@
+# METADATA
+# title: node.commercial
+# description: |
+#   Only commercial hardware is leased. A MacNodeClass has a disk of at least
+#   1T (10^12 bytes, about 931Gi) and a NIC of at least 10 Gb. A MacNode moves
+#   into Ready (or Leased) only when its reported facts meet its class and the
+#   floors, and its agent carries the virtualization entitlement. Reported
+#   facts themselves are always admitted, so that the operator can say why a
+#   node is not Ready.
+# custom:
+#   id: node.commercial
+#   kinds:
+#   - fleet.macrack.io/MacNodeClass
+#   - fleet.macrack.io/MacNode
+#   engines: [rego, cel]
+#   inventory:
+#   - nodeClass: the MacNode's class
+package macrack.node.commercial
+
+import data.macrack.lib
+
+code := "node.commercial"
+
+is_class if input.request.kind.kind == "MacNodeClass"
+
+class_spec := object.get(lib.new, "spec", {})
+
+# The class: disk and NIC floors.
+
+violations contains {"code": code, "message": msg} if {
+	is_class
+	lib.operation in {"CREATE", "UPDATE"}
+	"disk" in object.keys(class_spec)
+	not lib.is_quantity(class_spec.disk)
+	msg := sprintf("node.commercial: disk %s is not a quantity", [lib.show(class_spec.disk)])
+}
+
+violations contains {"code": code, "message": msg} if {
+	is_class
+	lib.operation in {"CREATE", "UPDATE"}
+	lib.quantity(class_spec.disk) < lib.one_terabyte
+	msg := sprintf("node.commercial: disk %s is below the 1T commercial floor", [lib.show(class_spec.disk)])
+}
+
+violations contains {"code": code, "message": msg} if {
+	is_class
+	lib.operation in {"CREATE", "UPDATE"}
+	"networkGbps" in object.keys(class_spec)
+	not is_number(class_spec.networkGbps)
+	msg := sprintf("node.commercial: networkGbps %s is not a number", [lib.show(class_spec.networkGbps)])
+}
+
+violations contains {"code": code, "message": msg} if {
+	is_class
+	lib.operation in {"CREATE", "UPDATE"}
+	is_number(class_spec.networkGbps)
+	class_spec.networkGbps < lib.min_network_gbps
+	msg := sprintf("node.commercial: networkGbps %v is below the 10 Gb commercial floor", [class_spec.networkGbps])
+}
+
+# The node: it enters service only on facts that meet its class.
+
+# reported(f) is one reported fact, or null.
+reported(f) := object.get(lib.new, ["status", "reported", f], null)
+
+class_field(f) := object.get(input, ["inventory", "nodeClass", "spec", f], null)
+
+node_name := object.get(lib.new, ["metadata", "name"], "")
+
+violations contains {"code": code, "message": msg} if {
+	input.request.kind.kind == "MacNode"
+	lib.enters_service
+	some problem in node_problems
+	msg := sprintf("node.commercial: MacNode %s cannot become %s: %s", [node_name, lib.new.status.phase, problem])
+}
+
+node_problems contains "its class is unknown" if not is_object(object.get(input, ["inventory", "nodeClass"], null))
+
+node_problems contains "no disk size is reported" if not lib.is_quantity(reported("disk"))
+
+node_problems contains sprintf("the reported disk %s is below the 1T commercial floor", [lib.show(reported("disk"))]) if {
+	lib.quantity(reported("disk")) < lib.one_terabyte
+}
+
+node_problems contains sprintf("the reported disk %s is below the class's %s", [lib.show(reported("disk")), lib.show(class_field("disk"))]) if {
+	lib.quantity(reported("disk")) < lib.quantity(class_field("disk"))
+}
+
+node_problems contains "no NIC speed is reported" if not is_number(reported("networkGbps"))
+
+node_problems contains sprintf("the reported NIC %v Gb is below the 10 Gb commercial floor", [reported("networkGbps")]) if {
+	is_number(reported("networkGbps"))
+	reported("networkGbps") < lib.min_network_gbps
+}
+
+node_problems contains sprintf("the reported NIC %v Gb is below the class's %v Gb", [reported("networkGbps"), class_field("networkGbps")]) if {
+	is_number(reported("networkGbps"))
+	is_number(class_field("networkGbps"))
+	reported("networkGbps") < class_field("networkGbps")
+}
+
+node_problems contains "the agent lacks the com.apple.security.virtualization entitlement" if {
+	reported("virtualizationEntitlement") != true
+}
