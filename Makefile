@@ -38,13 +38,14 @@ $(CONFTEST):
 	mv $(BIN)/.gobin-conftest/conftest $@ && rm -rf $(BIN)/.gobin-conftest
 
 .PHONY: tools
-tools: $(CONTROLLER_GEN)
+tools: $(CONTROLLER_GEN) $(OPA) $(CONFTEST)
 
 ##@ Generation
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Deepcopy code for the API types.
+generate: $(CONTROLLER_GEN) ## Deepcopy code, the VAPs in config/policies, the vectors as Rego tests.
 	$(CONTROLLER_GEN) object paths="./api/..."
+	go run ./hack/policygen --root $(CURDIR)
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## CRDs, RBAC and webhook manifests.
@@ -88,6 +89,13 @@ check-generated: $(CONTROLLER_GEN) ## Fail if `make generate manifests` changes 
 check-decoupling: ## Fail if the other project's name appears anywhere.
 	hack/check-decoupling.sh
 
+.PHONY: policy
+policy: $(OPA) $(CONFTEST) ## The reviewers' tools on policies/: opa fmt, check, test; conftest.
+	@out=$$($(OPA) fmt -l policies); if [ -n "$$out" ]; then echo "opa fmt would change:"; echo "$$out"; exit 1; fi
+	$(OPA) check --strict policies
+	$(OPA) test policies/ -v | tail -n 1
+	hack/check-conftest.sh $(CONFTEST)
+
 .PHONY: unit
 unit: ## Unit tests (no control plane).
 	go test $(GO_TEST_FLAGS) $(UNIT_PKGS)
@@ -97,7 +105,7 @@ envtest: controlplane ## Integration suites against a real kube-apiserver and et
 	go test $(GO_TEST_FLAGS) -timeout 25m ./test/envtest/... -ginkgo.v=false
 
 .PHONY: test
-test: controlplane fmt-check vet check-generated check-decoupling unit envtest ## Everything CI runs.
+test: controlplane fmt-check vet check-generated check-decoupling unit policy envtest ## Everything CI runs.
 	@echo "make test: all checks passed"
 
 .PHONY: bench

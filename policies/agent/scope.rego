@@ -42,6 +42,7 @@ name := object.get(lib.new, ["metadata", "name"], object.get(lib.old, ["metadata
 # Only ServiceAccounts can be agents; for them, a missing agents' namespace
 # parameter fails closed.
 violations contains {"code": code, "message": "agent.scope: the agents' namespace parameter (params.data.agentsNamespace) is not set"} if {
+	kind in {"Node", "MacNode", "MacOSInstance", "Lease", "TokenRequest"}
 	startswith(lib.username, "system:serviceaccount:")
 	not lib.agents_namespace
 }

@@ -23,13 +23,17 @@ lease_name := object.get(lib.new, ["spec", "leaseName"], "")
 
 lease := object.get(input, ["inventory", "lease"], null)
 
+is_instance if input.request.kind.kind == "MacOSInstance"
+
 violations contains {"code": code, "message": msg} if {
+	is_instance
 	lib.operation == "CREATE"
 	not is_object(lease)
 	msg := sprintf("instance.tenant: lease %s not found in namespace %s", [lease_name, namespace])
 }
 
 violations contains {"code": code, "message": msg} if {
+	is_instance
 	lib.operation in {"CREATE", "UPDATE"}
 	is_object(lease)
 	lease_ns := object.get(lease, ["metadata", "namespace"], "")
@@ -38,6 +42,7 @@ violations contains {"code": code, "message": msg} if {
 }
 
 violations contains {"code": code, "message": msg} if {
+	is_instance
 	lib.operation in {"CREATE", "UPDATE"}
 	is_object(lease)
 	object.get(lease, ["metadata", "name"], "") != lease_name
@@ -45,6 +50,7 @@ violations contains {"code": code, "message": msg} if {
 }
 
 violations contains {"code": code, "message": msg} if {
+	is_instance
 	lib.operation == "CREATE"
 	is_object(lease)
 	phase := object.get(lease, ["status", "phase"], "Pending")
@@ -53,6 +59,7 @@ violations contains {"code": code, "message": msg} if {
 }
 
 violations contains {"code": code, "message": msg} if {
+	is_instance
 	lib.operation == "CREATE"
 	is_object(lease)
 	object.get(lease, ["status", "phase"], "Pending") == "Bound"
@@ -61,6 +68,7 @@ violations contains {"code": code, "message": msg} if {
 }
 
 violations contains {"code": code, "message": msg} if {
+	is_instance
 	lib.operation == "UPDATE"
 	node := object.get(lib.new, ["status", "nodeName"], "")
 	node != ""

@@ -16,7 +16,10 @@ import data.macrack.lib
 
 code := "lease.floor"
 
-applies if lib.operation in {"CREATE", "UPDATE"}
+applies if {
+	input.request.kind.kind == "MacNodeLease"
+	lib.operation in {"CREATE", "UPDATE"}
+}
 
 spec := object.get(lib.new, "spec", {})
 
