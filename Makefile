@@ -74,7 +74,7 @@ build: ## Build every binary into bin/.
 
 .PHONY: fmt-check
 fmt-check:
-	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
+	@out=$$(find . -name '*.go' -not -path './bin/*' -not -path './.git/*' | xargs gofmt -l); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 .PHONY: vet

@@ -116,6 +116,13 @@ func (e *Engine) evalBoth(ctx context.Context, r *Rule, p *prepared) (regoOut, c
 
 func (e *Engine) decideRule(ctx context.Context, r *Rule, p *prepared) []Violation {
 	regoOut, celOut, celApplies := e.evalBoth(ctx, r, p)
+	if err := ctx.Err(); err != nil {
+		// Past the deadline neither answer counts; an engine may have
+		// stopped half-way.
+		e.metrics.errors.WithLabelValues(r.ID, "deadline").Inc()
+		e.metrics.decisions.WithLabelValues(r.ID, "error").Inc()
+		return []Violation{{Rule: r.ID, Code: CodeError, Message: fmt.Sprintf("policy.error: rule %s was not decided in time: %v", r.ID, err)}}
+	}
 	ra := regoOut.answer()
 	if celApplies {
 		ca := celOut.answer()
