@@ -1,0 +1,183 @@
+package vectors
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/boualleiguie/macrack-operator/internal/policy"
+	"github.com/boualleiguie/macrack-operator/policies"
+)
+
+// mutator sets one schema-valid value, derived from s and n, somewhere in an
+// input document. Only values the CRD schemas (or the core API) accept are
+// produced: the fuzz looks for disagreements on inputs that can really occur.
+type mutator struct {
+	name  string
+	apply func(doc map[string]any, s string, n int64)
+}
+
+var (
+	quantitySuffixes = []string{"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G", "T", "P", "E", "e3", "e12", "E6", "e-3", "e+9"}
+	durationUnits    = []string{"ns", "us", "ms", "s", "m", "h"}
+	phasesMacNode    = []string{"Pending", "Enrolled", "Ready", "Leased", "Quarantined", "Rebooting", "Retired"}
+	users            = []string{
+		"system:serviceaccount:macrack-agents:agent-c02aaaaaaaa1",
+		"system:serviceaccount:macrack-agents:agent-c02xl0ghjgh5",
+		"system:serviceaccount:macrack-agents:agent-c02bbbbbbbb2",
+		"system:serviceaccount:macrack-system:macrack-operator",
+		"system:serviceaccount:tenant-a:builder",
+		"alice",
+	}
+)
+
+func pick[T any](list []T, n int64) T {
+	if n < 0 {
+		n = -n
+	}
+	if n < 0 { // math.MinInt64
+		n = 0
+	}
+	return list[n%int64(len(list))]
+}
+
+func abs(n int64) int64 {
+	if n < 0 {
+		if n == -n {
+			return 0
+		}
+		return -n
+	}
+	return n
+}
+
+// quantity renders a schema-valid quantity (int-or-string) from n and s.
+func quantity(s string, n int64) any {
+	v := abs(n) % 10000000
+	switch {
+	case len(s) > 0 && s[0]%3 == 0:
+		return v // an integer, as JSON would carry it
+	case len(s) > 0 && s[0]%3 == 1:
+		return fmt.Sprintf("%d.%d%s", v/1000, v%1000, pick(quantitySuffixes, int64(len(s))))
+	}
+	return fmt.Sprintf("%d%s", v, pick(quantitySuffixes, int64(len(s))))
+}
+
+func duration(s string, n int64) string {
+	d := fmt.Sprintf("%d%s", abs(n)%200000, pick(durationUnits, int64(len(s))))
+	if len(s) > 1 && s[1]%2 == 0 {
+		d += fmt.Sprintf("%d%s", abs(n/7)%60, pick(durationUnits, int64(s[1])))
+	}
+	return d
+}
+
+func timestamp(n int64) string {
+	return time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(n%(400*3600)) * time.Second).Format(time.RFC3339)
+}
+
+func set(doc map[string]any, value any, path ...string) {
+	m := doc
+	for _, p := range path[:len(path)-1] {
+		next, ok := m[p].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			m[p] = next
+		}
+		m = next
+	}
+	m[path[len(path)-1]] = value
+}
+
+var mutators = []mutator{
+	{"minimumDuration", func(d map[string]any, s string, n int64) { set(d, duration(s, n), "object", "spec", "minimumDuration") }},
+	{"old minimumDuration", func(d map[string]any, s string, n int64) { set(d, duration(s, n), "oldObject", "spec", "minimumDuration") }},
+	{"earliestReleaseAt", func(d map[string]any, _ string, n int64) { set(d, timestamp(n), "object", "status", "earliestReleaseAt") }},
+	{"old earliestReleaseAt", func(d map[string]any, _ string, n int64) { set(d, timestamp(n), "oldObject", "status", "earliestReleaseAt") }},
+	{"boundAt", func(d map[string]any, _ string, n int64) { set(d, timestamp(n), "object", "status", "boundAt") }},
+	{"class disk", func(d map[string]any, s string, n int64) { set(d, quantity(s, n), "object", "spec", "disk") }},
+	{"class networkGbps", func(d map[string]any, _ string, n int64) { set(d, 1+abs(n)%400, "object", "spec", "networkGbps") }},
+	{"class vmCapacity", func(d map[string]any, _ string, n int64) { set(d, 1+abs(n)%2, "object", "spec", "vmCapacity") }},
+	{"node capacity", func(d map[string]any, s string, n int64) {
+		set(d, fmt.Sprint(quantity(s, n)), "object", "status", "capacity", "macrack.io/macos-vm")
+	}},
+	{"node allocatable", func(d map[string]any, s string, n int64) {
+		set(d, fmt.Sprint(quantity(s, n)), "object", "status", "allocatable", "macrack.io/macos-vm")
+	}},
+	{"macnode phase", func(d map[string]any, _ string, n int64) { set(d, pick(phasesMacNode, n), "object", "status", "phase") }},
+	{"old macnode phase", func(d map[string]any, _ string, n int64) { set(d, pick(phasesMacNode, n), "oldObject", "status", "phase") }},
+	{"sip", func(d map[string]any, _ string, n int64) { set(d, n%2 == 0, "object", "status", "reported", "sipEnabled") }},
+	{"boot-args", func(d map[string]any, s string, _ int64) { set(d, s, "object", "status", "reported", "bootArgs") }},
+	{"user", func(d map[string]any, _ string, n int64) { set(d, pick(users, n), "request", "userInfo", "username") }},
+	{"operation", func(d map[string]any, _ string, n int64) {
+		set(d, pick([]string{"CREATE", "UPDATE", "DELETE"}, n), "request", "operation")
+	}},
+	{"subresource", func(d map[string]any, _ string, n int64) { set(d, pick([]string{"", "status"}, n), "request", "subResource") }},
+	{"taints", func(d map[string]any, s string, n int64) {
+		keys := []string{"macrack.io/unleased", "macrack.io/leased", "example.com/x", "macrack.io/quarantined"}
+		var taints []any
+		for i := int64(0); i < abs(n)%4; i++ {
+			taints = append(taints, map[string]any{"key": pick(keys, n/(i+1)), "value": s, "effect": "NoSchedule"})
+		}
+		set(d, taints, "object", "spec", "taints")
+	}},
+	{"tenant label", func(d map[string]any, s string, _ int64) {
+		set(d, s, "object", "metadata", "labels", "macrack.io/tenant")
+	}},
+	{"finalizers", func(d map[string]any, _ string, n int64) {
+		all := []any{"macrack.io/disk-wipe", "example.com/keep", "macrack.io/lease"}
+		set(d, all[:abs(n)%4], "object", "metadata", "finalizers")
+	}},
+	{"node name", func(d map[string]any, _ string, n int64) {
+		set(d, pick([]string{"c02aaaaaaaa1", "c02bbbbbbbb2", ""}, n), "object", "status", "nodeName")
+	}},
+}
+
+// FuzzEnginesAgree mutates schema-valid vector inputs and asserts that,
+// wherever a rule has a CEL twin for the request, Rego and CEL answer alike,
+// and that neither panics. Seeds are the shared vectors.
+func FuzzEnginesAgree(f *testing.F) {
+	e, err := policy.Load(context.Background(), policies.FS)
+	if err != nil {
+		f.Fatal(err)
+	}
+	cases, err := Load(os.DirFS(vectorsDir()))
+	if err != nil {
+		f.Fatal(err)
+	}
+	for i := range cases {
+		f.Add(uint16(i), uint8(i), "", int64(0))
+		f.Add(uint16(i), uint8(i*7), "24h", int64(86400))
+	}
+	f.Fuzz(func(t *testing.T, caseIndex uint16, mut uint8, s string, n int64) {
+		c := cases[int(caseIndex)%len(cases)]
+		r, ok := e.Rule(c.Rule)
+		if !ok || !r.HasCEL() {
+			return
+		}
+		doc := deepCopy(c.Raw)
+		m := mutators[int(mut)%len(mutators)]
+		m.apply(doc, s, n)
+		in, err := ParseInput(doc)
+		if err != nil {
+			return
+		}
+		ra, ca, applies, err := e.Answers(context.Background(), c.Rule, in)
+		if err != nil {
+			return // a malformed input the engine refuses before evaluating
+		}
+		if applies && !ra.Equal(ca) {
+			js, _ := json.Marshal(doc)
+			t.Fatalf("%s mutated by %q (s=%q n=%d): Rego %s, CEL %s\ninput: %s", c.ID(), m.name, s, n, ra, ca, js)
+		}
+	})
+}
+
+func deepCopy(m map[string]any) map[string]any {
+	var out map[string]any
+	b, _ := json.Marshal(m)
+	_ = json.Unmarshal(b, &out)
+	return wholeNumbers(out).(map[string]any)
+}
