@@ -6,7 +6,9 @@ import (
 	"slices"
 	"strings"
 
+	celtypes "github.com/google/cel-go/common/types"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission"
@@ -21,16 +23,24 @@ import (
 // celRule is a CEL twin compiled exactly as the API server compiles a
 // ValidatingAdmissionPolicy (k8s.io/apiserver's validating plugin).
 type celRule struct {
-	file      *celFile
-	policy    *admissionregistrationv1.ValidatingAdmissionPolicy
-	validator validating.Validator
+	file   *celFile
+	policy *admissionregistrationv1.ValidatingAdmissionPolicy
+	vap    *compiledVAP
+}
+
+// compiledVAP holds the policy's compiled programs: match conditions,
+// validations and message expressions.
+type compiledVAP struct {
+	matcher     matchconditions.Matcher
+	validations plugincel.ConditionEvaluator
+	messages    plugincel.ConditionEvaluator
 }
 
 // compileVAP mirrors compilePolicy in k8s.io/apiserver's validating plugin:
 // the same environment (the base env set at the default compatibility
-// version, strict cost), the same variable declarations, the same composited
-// compiler for variables, match conditions, validations and messages.
-func compileVAP(envSet *environment.EnvSet, p *admissionregistrationv1.ValidatingAdmissionPolicy) (validating.Validator, error) {
+// version), the same variable declarations, the same composited compiler for
+// variables, match conditions, validations and messages.
+func compileVAP(envSet *environment.EnvSet, p *admissionregistrationv1.ValidatingAdmissionPolicy) (*compiledVAP, error) {
 	hasParam := p.Spec.ParamKind != nil
 	optionalVars := plugincel.OptionalVariableDeclarations{HasParams: hasParam, HasAuthorizer: true}
 	expressionOptionalVars := plugincel.OptionalVariableDeclarations{HasParams: hasParam, HasAuthorizer: false}
@@ -44,13 +54,13 @@ func compileVAP(envSet *environment.EnvSet, p *admissionregistrationv1.Validatin
 	}
 	compiler.CompileAndStoreVariables(variables, optionalVars, environment.StoredExpressions)
 
-	var matcher matchconditions.Matcher
+	c := &compiledVAP{}
 	if len(p.Spec.MatchConditions) > 0 {
 		conds := make([]plugincel.ExpressionAccessor, len(p.Spec.MatchConditions))
 		for i := range p.Spec.MatchConditions {
 			conds[i] = (*matchconditions.MatchCondition)(&p.Spec.MatchConditions[i])
 		}
-		matcher = matchconditions.NewMatcher(compiler.CompileCondition(conds, optionalVars, environment.StoredExpressions),
+		c.matcher = matchconditions.NewMatcher(compiler.CompileCondition(conds, optionalVars, environment.StoredExpressions),
 			p.Spec.FailurePolicy, "policy", "validate", p.Name)
 	}
 	validations := make([]plugincel.ExpressionAccessor, len(p.Spec.Validations))
@@ -61,21 +71,19 @@ func compileVAP(envSet *environment.EnvSet, p *admissionregistrationv1.Validatin
 			messages[i] = &validating.MessageExpressionCondition{MessageExpression: v.MessageExpression}
 		}
 	}
-	validationFilter := compiler.CompileCondition(validations, optionalVars, environment.StoredExpressions)
-	messageFilter := compiler.CompileCondition(messages, expressionOptionalVars, environment.StoredExpressions)
+	c.validations = compiler.CompileCondition(validations, optionalVars, environment.StoredExpressions)
+	c.messages = compiler.CompileCondition(messages, expressionOptionalVars, environment.StoredExpressions)
 	var errs []string
-	for _, e := range validationFilter.CompilationErrors() {
+	for _, e := range c.validations.CompilationErrors() {
 		errs = append(errs, e.Error())
 	}
-	for _, e := range messageFilter.CompilationErrors() {
+	for _, e := range c.messages.CompilationErrors() {
 		errs = append(errs, e.Error())
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("compiling %s: %s", p.Name, strings.Join(errs, "; "))
 	}
-	return validating.NewValidator(validationFilter, matcher,
-		compiler.CompileCondition(nil, optionalVars, environment.StoredExpressions),
-		messageFilter, p.Spec.FailurePolicy, nil), nil
+	return c, nil
 }
 
 // newCELEnvSet is the environment the API server builds for admission
@@ -113,7 +121,10 @@ func containsOrStar(list []string, v string) bool {
 	return slices.Contains(list, "*") || slices.Contains(list, v)
 }
 
-// eval runs the twin on one input and normalises the answer.
+// eval runs the twin on one input and normalises the answer. It follows the
+// validating plugin's Validate, except that message expressions are
+// evaluated only when a validation denies: the answer is the same, and an
+// admitted request costs half as much.
 func (r *celRule) eval(ctx context.Context, in *Input, params runtime.Object) outcome {
 	var obj, old runtime.Object
 	if in.Object != nil {
@@ -122,27 +133,56 @@ func (r *celRule) eval(ctx context.Context, in *Input, params runtime.Object) ou
 	if in.OldObject != nil {
 		old = &unstructured.Unstructured{Object: in.OldObject}
 	}
+	if !r.file.Params {
+		params = nil
+	}
 	req := in.Request
 	attrs := admission.NewAttributesRecord(obj, old, req.Kind, req.Namespace, req.Name, req.Resource, req.SubResource,
 		admission.Operation(req.Operation), nil, false,
 		&user.DefaultInfo{Name: req.UserInfo.Username, UID: req.UserInfo.UID, Groups: req.UserInfo.Groups})
-	versioned := &admission.VersionedAttributes{Attributes: attrs, VersionedKind: req.Kind, VersionedObject: admission.NewLazyObject(obj), VersionedOldObject: admission.NewLazyObject(old)}
-	if !r.file.Params {
-		params = nil
-	}
-	result := r.validator.Validate(ctx, req.Resource, versioned, params, nil, celconfig.RuntimeCELCostBudget, nil)
+	versioned := &admission.VersionedAttributes{Attributes: attrs, VersionedKind: req.Kind,
+		VersionedObject: admission.NewLazyObject(obj), VersionedOldObject: admission.NewLazyObject(old)}
 
+	if r.vap.matcher != nil {
+		m := r.vap.matcher.Match(ctx, versioned, params, nil)
+		if m.Error != nil {
+			return outcome{errs: []string{m.Error.Error()}}
+		}
+		if !m.Matches {
+			return outcome{}
+		}
+	}
+	request := plugincel.CreateAdmissionRequest(attrs, metav1.GroupVersionResource(req.Resource), metav1.GroupVersionKind(req.Kind))
+	results, remaining, err := r.vap.validations.ForInput(ctx, versioned, request,
+		plugincel.OptionalVariableBindings{VersionedParams: params}, nil, celconfig.RuntimeCELCostBudget)
+	if err != nil {
+		return outcome{errs: []string{err.Error()}}
+	}
 	var out outcome
-	for i, d := range result.Decisions {
-		switch d.Evaluation {
-		case validating.EvalError:
-			out.errs = append(out.errs, d.Message)
-		case validating.EvalDeny:
-			code := r.file.ID
-			if i < len(r.file.Validations) {
-				code = r.file.Validations[i].Code
+	var denied []int
+	for i, res := range results {
+		switch {
+		case res.Error != nil:
+			out.errs = append(out.errs, res.Error.Error())
+		case res.EvalResult != celtypes.True:
+			denied = append(denied, i)
+		}
+	}
+	if len(denied) > 0 {
+		messages, _, _ := r.vap.messages.ForInput(ctx, versioned, request,
+			plugincel.OptionalVariableBindings{VersionedParams: params}, nil, remaining)
+		for _, i := range denied {
+			v := r.file.Validations[i]
+			msg := v.Message
+			if i < len(messages) && messages[i].Error == nil && messages[i].EvalResult != nil {
+				if s, ok := messages[i].EvalResult.Value().(string); ok && strings.TrimSpace(s) != "" {
+					msg = strings.TrimSpace(s)
+				}
 			}
-			out.violations = append(out.violations, Violation{Rule: r.file.ID, Code: code, Message: d.Message})
+			if msg == "" {
+				msg = fmt.Sprintf("failed expression: %s", v.Expression)
+			}
+			out.violations = append(out.violations, Violation{Rule: r.file.ID, Code: v.Code, Message: msg})
 		}
 	}
 	if err := ctx.Err(); err != nil {

@@ -94,6 +94,11 @@ func (e *Engine) Answers(ctx context.Context, id string, in Input) (regoAnswer, 
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
 	ro, co, cel := e.evalBoth(ctx, r, p)
+	if err := ctx.Err(); err != nil {
+		// Past the deadline the answers are incomplete; Decide denies with
+		// policy.error, and comparing them would be meaningless.
+		return Answer{}, Answer{}, false, fmt.Errorf("%w: rule %s: %w", ErrDeadline, id, err)
+	}
 	return ro.answer(), co.answer(), cel, nil
 }
 

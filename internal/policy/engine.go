@@ -124,11 +124,11 @@ func Load(ctx context.Context, fsys fs.FS, opts ...Option) (*Engine, error) {
 			byID[f.ID] = r
 		}
 		p := f.vap(e.revision)
-		v, err := compileVAP(envSet, p)
+		compiled, err := compileVAP(envSet, p)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", ErrLoad, f.path, err)
 		}
-		r.cel = &celRule{file: f, policy: p, validator: v}
+		r.cel = &celRule{file: f, policy: p, vap: compiled}
 		e.celFiles = append(e.celFiles, f)
 	}
 

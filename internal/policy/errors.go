@@ -12,6 +12,8 @@ var (
 	ErrInput = errors.New("malformed policy input")
 	// ErrUnknownRule means a rule id names no loaded rule.
 	ErrUnknownRule = errors.New("unknown rule")
+	// ErrDeadline means the engines did not answer within the timeout.
+	ErrDeadline = errors.New("policy deadline exceeded")
 )
 
 // Codes the engine itself answers with, beside the rules' own ids.

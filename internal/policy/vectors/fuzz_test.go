@@ -93,9 +93,15 @@ func set(doc map[string]any, value any, path ...string) {
 
 var mutators = []mutator{
 	{"minimumDuration", func(d map[string]any, s string, n int64) { set(d, duration(s, n), "object", "spec", "minimumDuration") }},
-	{"old minimumDuration", func(d map[string]any, s string, n int64) { set(d, duration(s, n), "oldObject", "spec", "minimumDuration") }},
-	{"earliestReleaseAt", func(d map[string]any, _ string, n int64) { set(d, timestamp(n), "object", "status", "earliestReleaseAt") }},
-	{"old earliestReleaseAt", func(d map[string]any, _ string, n int64) { set(d, timestamp(n), "oldObject", "status", "earliestReleaseAt") }},
+	{"old minimumDuration", func(d map[string]any, s string, n int64) {
+		set(d, duration(s, n), "oldObject", "spec", "minimumDuration")
+	}},
+	{"earliestReleaseAt", func(d map[string]any, _ string, n int64) {
+		set(d, timestamp(n), "object", "status", "earliestReleaseAt")
+	}},
+	{"old earliestReleaseAt", func(d map[string]any, _ string, n int64) {
+		set(d, timestamp(n), "oldObject", "status", "earliestReleaseAt")
+	}},
 	{"boundAt", func(d map[string]any, _ string, n int64) { set(d, timestamp(n), "object", "status", "boundAt") }},
 	{"class disk", func(d map[string]any, s string, n int64) { set(d, quantity(s, n), "object", "spec", "disk") }},
 	{"class networkGbps", func(d map[string]any, _ string, n int64) { set(d, 1+abs(n)%400, "object", "spec", "networkGbps") }},
@@ -107,14 +113,20 @@ var mutators = []mutator{
 		set(d, fmt.Sprint(quantity(s, n)), "object", "status", "allocatable", "macrack.io/macos-vm")
 	}},
 	{"macnode phase", func(d map[string]any, _ string, n int64) { set(d, pick(phasesMacNode, n), "object", "status", "phase") }},
-	{"old macnode phase", func(d map[string]any, _ string, n int64) { set(d, pick(phasesMacNode, n), "oldObject", "status", "phase") }},
-	{"sip", func(d map[string]any, _ string, n int64) { set(d, n%2 == 0, "object", "status", "reported", "sipEnabled") }},
+	{"old macnode phase", func(d map[string]any, _ string, n int64) {
+		set(d, pick(phasesMacNode, n), "oldObject", "status", "phase")
+	}},
+	{"sip", func(d map[string]any, _ string, n int64) {
+		set(d, n%2 == 0, "object", "status", "reported", "sipEnabled")
+	}},
 	{"boot-args", func(d map[string]any, s string, _ int64) { set(d, s, "object", "status", "reported", "bootArgs") }},
 	{"user", func(d map[string]any, _ string, n int64) { set(d, pick(users, n), "request", "userInfo", "username") }},
 	{"operation", func(d map[string]any, _ string, n int64) {
 		set(d, pick([]string{"CREATE", "UPDATE", "DELETE"}, n), "request", "operation")
 	}},
-	{"subresource", func(d map[string]any, _ string, n int64) { set(d, pick([]string{"", "status"}, n), "request", "subResource") }},
+	{"subresource", func(d map[string]any, _ string, n int64) {
+		set(d, pick([]string{"", "status"}, n), "request", "subResource")
+	}},
 	{"taints", func(d map[string]any, s string, n int64) {
 		keys := []string{"macrack.io/unleased", "macrack.io/leased", "example.com/x", "macrack.io/quarantined"}
 		var taints []any

@@ -1,0 +1,210 @@
+package vectors
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+
+	"github.com/boualleiguie/macrack-operator/internal/policy"
+	"github.com/boualleiguie/macrack-operator/policies"
+)
+
+// realistic dresses an object as the API server stores it: managedFields
+// from three managers and kubectl's last-applied annotation. The input
+// builder strips the former; the latter stays, as a large string.
+func realistic(obj map[string]any) map[string]any {
+	if obj == nil {
+		return nil
+	}
+	out := runtimeCopy(obj)
+	meta, _ := out["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+		out["metadata"] = meta
+	}
+	applied, _ := json.Marshal(obj)
+	ann, _ := meta["annotations"].(map[string]any)
+	if ann == nil {
+		ann = map[string]any{}
+	}
+	ann["kubectl.kubernetes.io/last-applied-configuration"] = string(applied)
+	meta["annotations"] = ann
+	meta["resourceVersion"] = "123456"
+	meta["generation"] = int64(3)
+	meta["creationTimestamp"] = "2026-06-01T12:00:00Z"
+	fields := map[string]any{}
+	for _, k := range []string{"spec", "status", "metadata"} {
+		if sub, ok := out[k].(map[string]any); ok {
+			f := map[string]any{}
+			for kk := range sub {
+				f["f:"+kk] = map[string]any{}
+			}
+			fields["f:"+k] = f
+		}
+	}
+	var managed []any
+	for _, m := range []string{"kubectl-client-side-apply", "macrack-operator", "macrack-agent"} {
+		managed = append(managed, map[string]any{
+			"manager": m, "operation": "Update", "apiVersion": out["apiVersion"],
+			"time": "2026-06-01T12:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": fields,
+		})
+	}
+	meta["managedFields"] = managed
+	return out
+}
+
+func runtimeCopy(m map[string]any) map[string]any {
+	b, _ := json.Marshal(m)
+	var out map[string]any
+	_ = utiljson.Unmarshal(b, &out)
+	return out
+}
+
+// benchInput is one allowed vector of the rule, dressed realistically, and
+// its stored JSON, so that the benchmark includes decoding and conversion.
+type benchInput struct {
+	base        policy.Input
+	objJSON     []byte
+	oldJSON     []byte
+	description string
+}
+
+func benchInputs(b *testing.B) (*policy.Engine, map[string]benchInput) {
+	b.Helper()
+	e, err := policy.Load(context.Background(), policies.FS)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cases, err := Load(os.DirFS(vectorsDir()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]benchInput{}
+	for _, c := range cases {
+		if _, done := out[c.Rule]; done || len(c.Expect) != 0 {
+			continue
+		}
+		in, err := c.Input()
+		if err != nil {
+			b.Fatal(err)
+		}
+		bi := benchInput{base: in, description: c.Name}
+		if in.Object != nil {
+			bi.objJSON, _ = json.Marshal(realistic(in.Object))
+		}
+		if in.OldObject != nil {
+			bi.oldJSON, _ = json.Marshal(realistic(in.OldObject))
+		}
+		out[c.Rule] = bi
+	}
+	return e, out
+}
+
+// decode is what a webhook does with the request's raw objects.
+func (bi benchInput) decode() policy.Input {
+	in := bi.base
+	in.Object, in.OldObject = nil, nil
+	if bi.objJSON != nil {
+		_ = utiljson.Unmarshal(bi.objJSON, &in.Object)
+	}
+	if bi.oldJSON != nil {
+		_ = utiljson.Unmarshal(bi.oldJSON, &in.OldObject)
+	}
+	return in
+}
+
+// percentiles reports p50 and p99 of per-operation latencies.
+func percentiles(b *testing.B, samples []time.Duration) {
+	if len(samples) == 0 {
+		return
+	}
+	slices.Sort(samples)
+	at := func(q float64) float64 { return float64(samples[int(q*float64(len(samples)-1))].Nanoseconds()) / 1000 }
+	b.ReportMetric(at(0.50), "p50-µs")
+	b.ReportMetric(at(0.99), "p99-µs")
+}
+
+// BenchmarkRule: one rule, both engines where it has both, on a realistic
+// stored object, warm, decoding and conversion included.
+func BenchmarkRule(b *testing.B) {
+	e, inputs := benchInputs(b)
+	ids := make([]string, 0, len(inputs))
+	for id := range inputs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		bi := inputs[id]
+		b.Run(id, func(b *testing.B) {
+			ctx := context.Background()
+			samples := make([]time.Duration, 0, b.N)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				start := time.Now()
+				ra, ca, applies, err := e.Answers(ctx, id, bi.decode())
+				samples = append(samples, time.Since(start))
+				if err != nil || ra.Kind != policy.AnswerAllow || (applies && !ra.Equal(ca)) {
+					b.Fatalf("%s: %v rego %v cel %v", bi.description, err, ra, ca)
+				}
+			}
+			b.StopTimer()
+			percentiles(b, samples)
+		})
+	}
+}
+
+// BenchmarkDecide: every rule that applies to the request's kind, as the
+// webhook calls it.
+func BenchmarkDecide(b *testing.B) {
+	e, inputs := benchInputs(b)
+	byKind := map[string]benchInput{}
+	for _, bi := range inputs {
+		k := bi.base.Request.Kind.Kind
+		if _, ok := byKind[k]; !ok {
+			byKind[k] = bi
+		}
+	}
+	kinds := make([]string, 0, len(byKind))
+	for k := range byKind {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		bi := byKind[k]
+		b.Run(k, func(b *testing.B) {
+			ctx := context.Background()
+			samples := make([]time.Duration, 0, b.N)
+			var rules int
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				start := time.Now()
+				d, err := e.Decide(ctx, bi.decode())
+				samples = append(samples, time.Since(start))
+				if err != nil {
+					b.Fatal(err)
+				}
+				rules = len(d.Rules)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(rules), "rules")
+			percentiles(b, samples)
+		})
+	}
+}
+
+// BenchmarkLoad: reading and compiling every rule, both engines.
+func BenchmarkLoad(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		if _, err := policy.Load(context.Background(), policies.FS); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
