@@ -36,8 +36,11 @@ func bundle(t *testing.T) fstest.MapFS {
 	return m
 }
 
+// load gives tests a generous deadline, so that a loaded CI machine does not
+// turn a decision into policy.error; the deadline test sets its own.
 func load(t *testing.T, fsys fs.FS, opts ...policy.Option) *policy.Engine {
 	t.Helper()
+	opts = append([]policy.Option{policy.WithTimeout(time.Minute)}, opts...)
 	e, err := policy.Load(context.Background(), fsys, opts...)
 	if err != nil {
 		t.Fatal(err)
