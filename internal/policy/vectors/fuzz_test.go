@@ -151,7 +151,7 @@ var mutators = []mutator{
 // wherever a rule has a CEL twin for the request, Rego and CEL answer alike,
 // and that neither panics. Seeds are the shared vectors.
 func FuzzEnginesAgree(f *testing.F) {
-	e, err := policy.Load(context.Background(), policies.FS)
+	e, err := policy.Load(context.Background(), policies.FS, policy.WithTimeout(time.Minute))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	"github.com/boualleiguie/macrack-operator/policies"
@@ -17,7 +18,7 @@ import (
 func vectorsDir() string { return filepath.Join("..", "..", "..", "test", "policy") }
 
 func TestEveryVector(t *testing.T) {
-	e, err := policy.Load(context.Background(), policies.FS)
+	e, err := policy.Load(context.Background(), policies.FS, policy.WithTimeout(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +55,7 @@ func TestADriftingCELTwinIsCaughtByName(t *testing.T) {
 		t.Fatal("the floor expression moved; update this test")
 	}
 	m["lease/floor.cel.yaml"].Data = []byte(drifted)
-	e, err := policy.Load(context.Background(), m)
+	e, err := policy.Load(context.Background(), m, policy.WithTimeout(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +76,7 @@ func TestADriftingCELTwinIsCaughtByName(t *testing.T) {
 }
 
 func TestEveryRuleHasEightVectorsWithDenialsAndPositiveControls(t *testing.T) {
-	e, err := policy.Load(context.Background(), policies.FS)
+	e, err := policy.Load(context.Background(), policies.FS, policy.WithTimeout(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
