@@ -3,7 +3,7 @@
 # It compares content hashes, so it works on a clean clone and in a dirty tree.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
-paths=(api config policies test/policy)
+paths=(api config policies test/policy docs)
 snapshot() {
   local existing=()
   for p in "${paths[@]}"; do [ -e "$p" ] && existing+=("$p"); done

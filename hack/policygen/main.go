@@ -89,7 +89,10 @@ func run(root string) error {
 	for _, r := range resources {
 		k.WriteString("- " + r + "\n")
 	}
-	return write(filepath.Join(dir, "kustomization.yaml"), k.Bytes())
+	if err := write(filepath.Join(dir, "kustomization.yaml"), k.Bytes()); err != nil {
+		return err
+	}
+	return writeComplianceDoc(root, engine, cases)
 }
 
 // writeObjects writes objects as one YAML stream, without the empty

@@ -1,7 +1,7 @@
 # METADATA
 # title: agent.scope
 # description: |
-#   A host agent (ServiceAccount agent-<node> in the agents' namespace) acts
+#   A host agent (the ServiceAccount "agent-" plus its node's name, in the agents' namespace) acts
 #   only on its own chassis, and never on tenancy. On its Node: created only
 #   with exactly the macrack.io/unleased taint among macrack.io/ taints and no
 #   tenant label; afterwards no change to macrack.io/ taints or the tenant
@@ -9,7 +9,8 @@
 #   instances placed on its node: only status.runtime and the
 #   macrack.io/disk-wipe finalizer change. Leases: only its own node Lease in
 #   kube-node-lease. Tokens: only for itself. Other requesters are not
-#   concerned, but a missing agents' namespace parameter denies everything.
+#   concerned, but without the agents' namespace parameter every
+#   ServiceAccount's request is denied.
 # custom:
 #   id: agent.scope
 #   kinds:
