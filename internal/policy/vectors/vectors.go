@@ -41,6 +41,9 @@ type vector struct {
 	Why       string         `json:"why,omitempty"`
 	Input     map[string]any `json:"input"`
 	Expect    []string       `json:"expect"`
+	// Says lists text each engine's denial message must contain, so that
+	// twins that agree on the code for different reasons are caught.
+	Says []string `json:"says,omitempty"`
 }
 
 // Case is one vector with its file's defaults merged in.
@@ -50,6 +53,7 @@ type Case struct {
 	File   string
 	Index  int
 	Expect []string
+	Says   []string
 	// Replay reports whether the vector may go through a real API server.
 	Replay bool
 	// Raw is the merged input document, as written.
@@ -101,6 +105,7 @@ func Load(fsys fs.FS) ([]Case, error) {
 			cases = append(cases, Case{
 				Rule: f.Rule, Name: v.Name, File: path.Base(p), Index: i,
 				Expect: slices.Compact(expect),
+				Says:   v.Says,
 				Replay: v.APIServer != "skip",
 				Raw:    wholeNumbers(merge(f.Defaults, v.Input)).(map[string]any),
 			})
@@ -224,10 +229,32 @@ func Run(ctx context.Context, e *policy.Engine, cases []Case) []Result {
 			r.Failure = fmt.Sprintf("Rego answers %s, the vector expects %s", r.Rego, expectString(c.Expect))
 		case r.CELApplies && !r.CEL.Equal(r.Rego):
 			r.Failure = fmt.Sprintf("CEL answers %s, Rego answers %s", r.CEL, r.Rego)
+		default:
+			r.Failure = missingSays(c.Says, "Rego", r.Rego)
+			if r.Failure == "" && r.CELApplies {
+				r.Failure = missingSays(c.Says, "CEL", r.CEL)
+			}
 		}
 		results = append(results, r)
 	}
 	return results
+}
+
+// missingSays names the first expected text the answer's messages lack.
+func missingSays(says []string, engine string, a policy.Answer) string {
+	for _, want := range says {
+		found := false
+		for _, d := range a.Detail {
+			if strings.Contains(d, want) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return fmt.Sprintf("%s's messages %q do not say %q", engine, a.Detail, want)
+		}
+	}
+	return ""
 }
 
 func codesEqual(a policy.Answer, expect []string) bool {

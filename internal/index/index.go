@@ -1,0 +1,79 @@
+// Package index names the field indexes that the webhooks and the
+// reconcilers share, so that neither lists a whole kind on a hot path.
+package index
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+)
+
+// Index names. Values are documented beside each indexer.
+const (
+	// LeaseBySerial indexes MacNodeLeases by status.serial.
+	LeaseBySerial = "leasing.macrack.io/lease-by-serial"
+	// LeaseByClass indexes MacNodeLeases by spec.nodeClassName.
+	LeaseByClass = "leasing.macrack.io/lease-by-class"
+	// InstanceByLease indexes MacOSInstances by "<namespace>/<spec.leaseName>".
+	InstanceByLease = "compute.macrack.io/instance-by-lease"
+	// InstanceByNode indexes MacOSInstances by status.nodeName.
+	InstanceByNode = "compute.macrack.io/instance-by-node"
+	// MacNodeByClass indexes MacNodes by spec.nodeClassName.
+	MacNodeByClass = "fleet.macrack.io/macnode-by-class"
+	// MacNodeByLeaseUID indexes MacNodes by status.binding.leaseUID.
+	MacNodeByLeaseUID = "fleet.macrack.io/macnode-by-lease-uid"
+)
+
+// LeaseKey is the InstanceByLease value of a lease.
+func LeaseKey(namespace, name string) string { return namespace + "/" + name }
+
+// Register adds every index to the indexer (a manager's field indexer).
+func Register(ctx context.Context, indexer client.FieldIndexer) error {
+	indexes := []struct {
+		obj   client.Object
+		name  string
+		value func(client.Object) []string
+	}{
+		{&leasingv1alpha1.MacNodeLease{}, LeaseBySerial, func(o client.Object) []string {
+			return nonEmpty(o.(*leasingv1alpha1.MacNodeLease).Status.Serial)
+		}},
+		{&leasingv1alpha1.MacNodeLease{}, LeaseByClass, func(o client.Object) []string {
+			return nonEmpty(o.(*leasingv1alpha1.MacNodeLease).Spec.NodeClassName)
+		}},
+		{&computev1alpha1.MacOSInstance{}, InstanceByLease, func(o client.Object) []string {
+			i := o.(*computev1alpha1.MacOSInstance)
+			return nonEmpty(LeaseKey(i.Namespace, i.Spec.LeaseName))
+		}},
+		{&computev1alpha1.MacOSInstance{}, InstanceByNode, func(o client.Object) []string {
+			return nonEmpty(o.(*computev1alpha1.MacOSInstance).Status.NodeName)
+		}},
+		{&fleetv1alpha1.MacNode{}, MacNodeByClass, func(o client.Object) []string {
+			return nonEmpty(o.(*fleetv1alpha1.MacNode).Spec.NodeClassName)
+		}},
+		{&fleetv1alpha1.MacNode{}, MacNodeByLeaseUID, func(o client.Object) []string {
+			if b := o.(*fleetv1alpha1.MacNode).Status.Binding; b != nil {
+				return nonEmpty(string(b.LeaseUID))
+			}
+			return nil
+		}},
+	}
+	for _, ix := range indexes {
+		if err := indexer.IndexField(ctx, ix.obj, ix.name, ix.value); err != nil {
+			return fmt.Errorf("registering index %s: %w", ix.name, err)
+		}
+	}
+	return nil
+}
+
+func nonEmpty(s string) []string {
+	if strings.TrimSpace(s) == "" || strings.HasSuffix(s, "/") {
+		return nil
+	}
+	return []string{s}
+}

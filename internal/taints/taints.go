@@ -1,0 +1,80 @@
+// Package taints computes the operator's changes to a Node's taints and
+// labels. It touches only macrack.io/ taints and keeps every other taint, in
+// its place: the API server and other controllers own those.
+package taints
+
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Keys and labels the operator owns on Nodes.
+const (
+	Prefix      = "macrack.io/"
+	UnleasedKey = "macrack.io/unleased"
+	LeasedKey   = "macrack.io/leased"
+	TenantLabel = "macrack.io/tenant"
+	SerialLabel = "macrack.io/serial"
+	ClassLabel  = "macrack.io/class"
+)
+
+// Desired is the macrack.io/ taint set for a node: unleased when tenant is
+// empty, leased=<tenant> otherwise.
+func Desired(tenant string) []corev1.Taint {
+	if tenant == "" {
+		return []corev1.Taint{{Key: UnleasedKey, Effect: corev1.TaintEffectNoSchedule}}
+	}
+	return []corev1.Taint{{Key: LeasedKey, Value: tenant, Effect: corev1.TaintEffectNoSchedule}}
+}
+
+// Apply returns current with its macrack.io/ taints replaced by desired.
+// Foreign taints keep their order; desired taints go at the end. changed
+// reports whether anything differs.
+func Apply(current, desired []corev1.Taint) (out []corev1.Taint, changed bool) {
+	var mine []corev1.Taint
+	for _, t := range current {
+		if strings.HasPrefix(t.Key, Prefix) {
+			mine = append(mine, t)
+			continue
+		}
+		out = append(out, t)
+	}
+	out = append(out, desired...)
+	return out, !sameSet(mine, desired)
+}
+
+func sameSet(a, b []corev1.Taint) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, x := range a {
+		found := false
+		for _, y := range b {
+			if x.Key == y.Key && x.Value == y.Value && x.Effect == y.Effect {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// Labels returns labels with the tenant label set to tenant (removed when
+// empty); changed reports whether it differs.
+func Labels(labels map[string]string, tenant string) (out map[string]string, changed bool) {
+	out = make(map[string]string, len(labels)+1)
+	for k, v := range labels {
+		out[k] = v
+	}
+	old, had := out[TenantLabel]
+	if tenant == "" {
+		delete(out, TenantLabel)
+		return out, had
+	}
+	out[TenantLabel] = tenant
+	return out, !had || old != tenant
+}
