@@ -184,4 +184,3 @@ var _ = Describe("The generated ValidatingAdmissionPolicies, with no webhook ins
 		Expect(replayed).To(BeNumerically(">=", 50))
 	})
 })
-
