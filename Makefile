@@ -53,6 +53,8 @@ manifests: $(CONTROLLER_GEN) ## CRDs, RBAC and webhook manifests.
 	  crd:maxDescLen=512 paths="./api/..." output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) \
 	  rbac:roleName=macrack-operator paths="./..." output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) \
+	  webhook paths="./internal/admission/..." output:webhook:artifacts:config=config/webhook
 
 ##@ Control plane
 

@@ -6,10 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -19,6 +21,9 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/operator"
+	"github.com/boualleiguie/macrack-operator/internal/policy"
+	"github.com/boualleiguie/macrack-operator/policies"
 )
 
 // options are the operator's command-line settings.
@@ -33,6 +38,14 @@ type options struct {
 	webhookCertName      string
 	webhookKeyName       string
 	enableHTTP2          bool
+
+	enableWebhooks          bool
+	applyAdmissionPolicies  bool
+	policyNamespace         string
+	agentsNamespace         string
+	operatorUsername        string
+	maxConcurrentReconciles int
+	policyTimeout           time.Duration
 }
 
 func main() {
@@ -48,6 +61,13 @@ func main() {
 	fs.StringVar(&opts.webhookCertName, "webhook-cert-name", "tls.crt", "The webhook serving certificate's file name in --webhook-cert-dir.")
 	fs.StringVar(&opts.webhookKeyName, "webhook-key-name", "tls.key", "The webhook serving key's file name in --webhook-cert-dir.")
 	fs.BoolVar(&opts.enableHTTP2, "enable-http2", false, "Serve webhooks and metrics over HTTP/2 as well (off: CVE-2023-44487).")
+	fs.BoolVar(&opts.enableWebhooks, "enable-webhooks", true, "Serve the defaulting and validating webhooks.")
+	fs.BoolVar(&opts.applyAdmissionPolicies, "apply-admission-policies", true, "Apply the ValidatingAdmissionPolicies, their bindings and params at start-up.")
+	fs.StringVar(&opts.policyNamespace, "policy-namespace", envOr("POD_NAMESPACE", policy.DefaultParamsNamespace), "The namespace of the policies' params ConfigMap (the operator's own).")
+	fs.StringVar(&opts.agentsNamespace, "agents-namespace", "macrack-agents", "The namespace of the host agents' ServiceAccounts (agent-<node>).")
+	fs.StringVar(&opts.operatorUsername, "operator-username", "system:serviceaccount:macrack-system:macrack-operator", "The operator's own username, as the API server sees it.")
+	fs.IntVar(&opts.maxConcurrentReconciles, "max-concurrent-reconciles", 4, "Parallel lease reconciles.")
+	fs.DurationVar(&opts.policyTimeout, "policy-timeout", policy.DefaultTimeout, "The deadline of one policy decision; past it, the request is denied.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(fs)
 	flag.Parse()
@@ -59,6 +79,13 @@ func main() {
 		log.Error(err, "Operator stopped")
 		os.Exit(1)
 	}
+}
+
+func envOr(key, fallback string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return fallback
 }
 
 // newScheme registers every kind the operator reads or writes.
@@ -109,15 +136,39 @@ func run(log logr.Logger, opts options) error {
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
+	ctx := ctrl.SetupSignalHandler()
+	engine, err := policy.Load(ctx, policies.FS, policy.WithLogger(log.WithName("policy")), policy.WithTimeout(opts.policyTimeout))
+	if err != nil {
+		return err
+	}
+	log.Info("Policies loaded", "revision", engine.Revision(), "rules", len(engine.Rules()))
+	if err := operator.Setup(ctx, mgr, operator.Options{
+		Engine: engine,
+		Clock:  clock.RealClock{},
+		Params: policy.Params{
+			AgentsNamespace:  opts.agentsNamespace,
+			OperatorUsername: opts.operatorUsername,
+		},
+		Webhooks:                opts.enableWebhooks,
+		ApplyAdmissionPolicies:  opts.applyAdmissionPolicies,
+		PolicyNamespace:         opts.policyNamespace,
+		MaxConcurrentReconciles: opts.maxConcurrentReconciles,
+	}); err != nil {
+		return err
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding health check: %w", err)
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	ready := healthz.Ping
+	if opts.enableWebhooks {
+		ready = mgr.GetWebhookServer().StartedChecker()
+	}
+	if err := mgr.AddReadyzCheck("readyz", ready); err != nil {
 		return fmt.Errorf("adding ready check: %w", err)
 	}
 
 	log.Info("Starting manager")
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running manager: %w", err)
 	}
 	return nil

@@ -1,0 +1,91 @@
+// Package operator wires MacRack's controllers, webhooks and admission
+// policies into a controller-runtime manager. cmd/operator, make run and the
+// envtest suites share it, so that what is tested is what runs.
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/boualleiguie/macrack-operator/internal/admission"
+	"github.com/boualleiguie/macrack-operator/internal/index"
+	"github.com/boualleiguie/macrack-operator/internal/policy"
+	"github.com/boualleiguie/macrack-operator/internal/reconcile/lease"
+	"github.com/boualleiguie/macrack-operator/internal/reconcile/node"
+)
+
+// Options configure the operator.
+type Options struct {
+	Engine *policy.Engine
+	// Clock is the business clock: leases, holds and releases read it.
+	Clock clock.Clock
+	// Params reach the policies: the agents' namespace, the operator's name.
+	Params policy.Params
+	// Webhooks serves the defaulting and validating webhooks.
+	Webhooks bool
+	// ApplyAdmissionPolicies applies the VAPs and their bindings at start-up.
+	ApplyAdmissionPolicies bool
+	// PolicyNamespace holds the params ConfigMap the VAP bindings read.
+	PolicyNamespace string
+	// MaxConcurrentReconciles for the lease controller.
+	MaxConcurrentReconciles int
+	// LeaseTicks, if set, enqueues leases on demand (tests' fake clock).
+	LeaseTicks <-chan event.GenericEvent
+	// Registerer takes the metrics; controller-runtime's registry if nil.
+	Registerer prometheus.Registerer
+}
+
+// Setup adds everything to mgr.
+func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
+	if o.Engine == nil || o.Clock == nil {
+		return errors.New("operator: Engine and Clock are required")
+	}
+	if err := index.Register(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	reg := o.Registerer
+	if reg == nil {
+		reg = metrics.Registry
+	}
+	admissionMetrics := admission.NewMetrics()
+	for _, c := range append(o.Engine.Collectors(), admissionMetrics.Collectors()...) {
+		if err := reg.Register(c); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
+			return fmt.Errorf("registering metrics: %w", err)
+		}
+	}
+	identity := o.Params.OperatorUsername
+	if err := (&lease.Reconciler{
+		Client: mgr.GetClient(), Engine: o.Engine, Clock: o.Clock,
+		Recorder: mgr.GetEventRecorder("macrack-lease"), Params: o.Params, Identity: identity,
+		Ticks: o.LeaseTicks, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the lease controller: %w", err)
+	}
+	if err := (&node.Reconciler{
+		Client: mgr.GetClient(), Engine: o.Engine, Clock: o.Clock,
+		Recorder: mgr.GetEventRecorder("macrack-node"), Params: o.Params, Identity: identity,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the node controller: %w", err)
+	}
+	if o.Webhooks {
+		if err := admission.Setup(mgr, o.Engine, o.Clock, o.Params, admissionMetrics); err != nil {
+			return fmt.Errorf("setting up webhooks: %w", err)
+		}
+	}
+	if o.ApplyAdmissionPolicies {
+		if err := mgr.Add(&admission.PolicyApplier{
+			Client: mgr.GetClient(), Engine: o.Engine, Namespace: o.PolicyNamespace, Params: o.Params,
+			Log: mgr.GetLogger().WithName("admission-policies"),
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,79 @@
+// Package patch writes a reconciled object back once, at the end of a
+// Reconcile, and only what changed: the status through the status
+// subresource, then metadata and spec. Status goes first, so that a
+// finalizer removal (which may delete the object) never loses it.
+package patch
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Helper remembers an object as it was read.
+type Helper struct {
+	client client.Client
+	before client.Object
+}
+
+// NewHelper snapshots obj.
+func NewHelper(obj client.Object, c client.Client) *Helper {
+	return &Helper{client: c, before: obj.DeepCopyObject().(client.Object)}
+}
+
+// Patch writes the differences between the snapshot and obj.
+func (h *Helper) Patch(ctx context.Context, obj client.Object) error {
+	before, err := runtime.DefaultUnstructuredConverter.ToUnstructured(h.before)
+	if err != nil {
+		return fmt.Errorf("converting snapshot: %w", err)
+	}
+	after, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return fmt.Errorf("converting object: %w", err)
+	}
+	statusChanged := !equality.Semantic.DeepEqual(before["status"], after["status"])
+	delete(before, "status")
+	delete(after, "status")
+	restChanged := !equality.Semantic.DeepEqual(before, after)
+
+	if statusChanged {
+		if err := h.client.Status().Patch(ctx, obj, client.MergeFrom(h.before)); err != nil {
+			return fmt.Errorf("patching status: %w", err)
+		}
+	}
+	if restChanged {
+		// The status patch refreshed obj; diff its metadata and spec from a
+		// snapshot that carries the refreshed status, so that only they go.
+		base := h.before.DeepCopyObject().(client.Object)
+		if statusChanged {
+			base = withStatusOf(base, obj)
+		}
+		if err := h.client.Patch(ctx, obj, client.MergeFrom(base)); err != nil {
+			return fmt.Errorf("patching metadata and spec: %w", err)
+		}
+	}
+	h.before = obj.DeepCopyObject().(client.Object)
+	return nil
+}
+
+// withStatusOf returns base with obj's status and resourceVersion.
+func withStatusOf(base, obj client.Object) client.Object {
+	b, err := runtime.DefaultUnstructuredConverter.ToUnstructured(base)
+	if err != nil {
+		return base
+	}
+	o, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return base
+	}
+	b["status"] = o["status"]
+	out := base.DeepCopyObject().(client.Object)
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(b, out); err != nil {
+		return base
+	}
+	out.SetResourceVersion(obj.GetResourceVersion())
+	return out
+}

@@ -1,0 +1,58 @@
+package patch
+
+import (
+	"context"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+)
+
+func TestPatchWritesStatusFirstAndOnlyWhatChanged(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = leasingv1alpha1.AddToScheme(scheme)
+	lease := &leasingv1alpha1.MacNodeLease{
+		ObjectMeta: metav1.ObjectMeta{Name: "l1", Namespace: "t", Finalizers: []string{leasingv1alpha1.Finalizer}},
+		Spec:       leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: "m4", MinimumDuration: "24h"},
+	}
+	var calls []string
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(lease).WithStatusSubresource(lease).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+				calls = append(calls, "main")
+				return cl.Patch(ctx, obj, p, opts...)
+			},
+			SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+				calls = append(calls, sub)
+				return cl.SubResource(sub).Patch(ctx, obj, p, opts...)
+			},
+		}).Build()
+
+	got := &leasingv1alpha1.MacNodeLease{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(lease), got); err != nil {
+		t.Fatal(err)
+	}
+	h := NewHelper(got, c)
+	if err := h.Patch(context.Background(), got); err != nil || len(calls) != 0 {
+		t.Fatalf("nothing changed, so nothing is written: calls %v, err %v", calls, err)
+	}
+
+	got.Status.Phase = leasingv1alpha1.LeaseReleased
+	got.Finalizers = nil
+	if err := h.Patch(context.Background(), got); err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 2 || calls[0] != "status" || calls[1] != "main" {
+		t.Fatalf("want the status patched before the finalizer removal, got %v", calls)
+	}
+	stored := &leasingv1alpha1.MacNodeLease{}
+	err := c.Get(context.Background(), client.ObjectKeyFromObject(lease), stored)
+	if err == nil && stored.Status.Phase != leasingv1alpha1.LeaseReleased {
+		t.Fatalf("status lost: %+v", stored.Status)
+	}
+}

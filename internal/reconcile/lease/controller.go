@@ -1,0 +1,194 @@
+// Package lease reconciles MacNodeLeases: it binds a free chassis of the
+// class, keeps a lease deleted before earliestReleaseAt in Held, and releases
+// the chassis, once every instance is wiped, at or after earliestReleaseAt.
+// It asks internal/policy before it binds or releases.
+package lease
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/index"
+	"github.com/boualleiguie/macrack-operator/internal/inventory"
+	"github.com/boualleiguie/macrack-operator/internal/patch"
+	"github.com/boualleiguie/macrack-operator/internal/policy"
+)
+
+// +kubebuilder:rbac:groups=leasing.macrack.io,resources=macnodeleases,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=leasing.macrack.io,resources=macnodeleases/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=leasing.macrack.io,resources=macnodeleases/finalizers,verbs=update
+// +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodeclasses,verbs=get;list;watch
+// +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances,verbs=get;list;watch;delete
+
+// Reconciler reconciles MacNodeLeases.
+type Reconciler struct {
+	Client   client.Client
+	Engine   *policy.Engine
+	Clock    clock.PassiveClock
+	Recorder events.EventRecorder
+	// Params identify the operator to the policies.
+	Params policy.Params
+	// Identity is the operator's username, as the API server sees it.
+	Identity string
+	// Ticks, if set, enqueues leases from outside the cluster: tests step a
+	// fake clock and send the leases whose time has come.
+	Ticks <-chan event.GenericEvent
+	// MaxConcurrentReconciles bounds parallel reconciles.
+	MaxConcurrentReconciles int
+}
+
+// SetupWithManager registers the controller and its watches.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	b := ctrl.NewControllerManagedBy(mgr).
+		For(&leasingv1alpha1.MacNodeLease{}).
+		Named("macnodelease").
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
+		Watches(&fleetv1alpha1.MacNode{}, handler.EnqueueRequestsFromMapFunc(r.leasesForMacNode)).
+		Watches(&computev1alpha1.MacOSInstance{}, handler.EnqueueRequestsFromMapFunc(leaseOfInstance))
+	if r.Ticks != nil {
+		b = b.WatchesRawSource(source.Channel(r.Ticks, &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(r)
+}
+
+// leasesForMacNode maps a MacNode to the lease that holds it, or, when it
+// is free, to every unbound lease of its class.
+func (r *Reconciler) leasesForMacNode(ctx context.Context, obj client.Object) []reconcile.Request {
+	n := obj.(*fleetv1alpha1.MacNode)
+	if b := n.Status.Binding; b != nil {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: b.LeaseNamespace, Name: b.LeaseName}}}
+	}
+	leases := &leasingv1alpha1.MacNodeLeaseList{}
+	if err := r.Client.List(ctx, leases, client.MatchingFields{index.LeaseByClass: n.Spec.NodeClassName}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing leases of a class failed", "MacNodeClass", n.Spec.NodeClassName)
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, l := range leases.Items {
+		if l.Status.Phase == "" || l.Status.Phase == leasingv1alpha1.LeasePending {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&l)})
+		}
+	}
+	return reqs
+}
+
+func leaseOfInstance(_ context.Context, obj client.Object) []reconcile.Request {
+	i := obj.(*computev1alpha1.MacOSInstance)
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: i.Namespace, Name: i.Spec.LeaseName}}}
+}
+
+// scope carries one reconcile's observations to the status computation.
+type scope struct {
+	lease *leasingv1alpha1.MacNodeLease
+	now   time.Time
+	// node is the MacNode whose binding names this lease; authoritative.
+	node *fleetv1alpha1.MacNode
+	// released: the chassis went back to the pool on this pass.
+	released bool
+	// pendingReason and pendingMessage say why an unbound lease waits.
+	pendingReason, pendingMessage string
+	// awaiting counts instances still waiting for their disk wipe.
+	awaiting int
+}
+
+// Reconcile moves one lease through Pending, Bound, Held and Released.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
+	lease := &leasingv1alpha1.MacNodeLease{}
+	if err := r.Client.Get(ctx, req.NamespacedName, lease); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if lease.DeletionTimestamp.IsZero() && controllerutil.AddFinalizer(lease, leasingv1alpha1.Finalizer) {
+		if err := r.Client.Update(ctx, lease); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer to MacNodeLease %s: %w", req, err)
+		}
+	}
+
+	s := &scope{lease: lease, now: r.Clock.Now()}
+	var err error
+	if s.node, err = r.boundNode(ctx, lease); err != nil {
+		return ctrl.Result{}, err
+	}
+	helper := patch.NewHelper(lease, r.Client)
+	defer func() {
+		r.updateStatus(s)
+		if err := helper.Patch(ctx, lease); err != nil && !(s.released && apierrors.IsNotFound(err)) {
+			retErr = joinErr(retErr, fmt.Errorf("patching MacNodeLease %s: %w", req, err))
+		}
+	}()
+
+	if !lease.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, s)
+	}
+	return r.reconcileNormal(ctx, s)
+}
+
+// boundNode finds the MacNode whose binding names this lease's UID.
+func (r *Reconciler) boundNode(ctx context.Context, lease *leasingv1alpha1.MacNodeLease) (*fleetv1alpha1.MacNode, error) {
+	nodes := &fleetv1alpha1.MacNodeList{}
+	if err := r.Client.List(ctx, nodes, client.MatchingFields{index.MacNodeByLeaseUID: string(lease.UID)}); err != nil {
+		return nil, fmt.Errorf("finding the MacNode bound to %s/%s: %w", lease.Namespace, lease.Name, err)
+	}
+	for i := range nodes.Items {
+		if b := nodes.Items[i].Status.Binding; b != nil && b.LeaseUID == lease.UID {
+			return &nodes.Items[i], nil
+		}
+	}
+	return nil, nil
+}
+
+func joinErr(a, b error) error {
+	if a == nil {
+		return b
+	}
+	return fmt.Errorf("%w; %w", a, b)
+}
+
+// decide asks the policy about a write the operator is about to make.
+func (r *Reconciler) decide(ctx context.Context, kind string, obj, old client.Object, inv map[string]any) (policy.Decision, error) {
+	newMap, err := inventory.ToMap(obj)
+	if err != nil {
+		return policy.Decision{}, err
+	}
+	oldMap, err := inventory.ToMap(old)
+	if err != nil {
+		return policy.Decision{}, err
+	}
+	gvk, err := r.Client.GroupVersionKindFor(obj)
+	if err != nil {
+		return policy.Decision{}, err
+	}
+	d, err := r.Engine.Decide(ctx, policy.Input{
+		Object:    newMap,
+		OldObject: oldMap,
+		Request: policy.Request{
+			Operation: "UPDATE", Kind: gvk, SubResource: "status",
+			UserInfo: policy.UserInfo{Username: r.Identity},
+		},
+		Params:    r.Params,
+		Now:       r.Clock.Now(),
+		Inventory: inv,
+	})
+	if err != nil {
+		return d, fmt.Errorf("asking the policy about %s: %w", kind, err)
+	}
+	return d, nil
+}

@@ -1,0 +1,272 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/index"
+	"github.com/boualleiguie/macrack-operator/internal/inventory"
+)
+
+// historyLimit bounds MacNode.status.history.
+const historyLimit = 32
+
+// conflictRetry is how soon a lost race for a chassis is retried.
+const conflictRetry = 100 * time.Millisecond
+
+// reconcileNormal binds an unbound lease; a bound one needs nothing.
+func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if s.node != nil {
+		return ctrl.Result{}, nil
+	}
+	return r.bind(ctx, s)
+}
+
+// bind claims a Ready, unbound MacNode of the class. The claim is the
+// MacNode's status.binding, written with optimistic concurrency: of two
+// leases racing for one chassis, the second write fails and that lease
+// tries again. Candidates go in a fixed order: the chassis released longest
+// ago first (never-leased ones before all), then by name.
+func (r *Reconciler) bind(ctx context.Context, s *scope) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	lease := s.lease
+	class := &fleetv1alpha1.MacNodeClass{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: lease.Spec.NodeClassName}, class); err != nil {
+		if apierrors.IsNotFound(err) {
+			s.pendingReason = leasingv1alpha1.ReasonClassNotFound
+			s.pendingMessage = fmt.Sprintf("MacNodeClass %s does not exist", lease.Spec.NodeClassName)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("getting MacNodeClass %s: %w", lease.Spec.NodeClassName, err)
+	}
+	minimum, err := time.ParseDuration(lease.Spec.MinimumDuration)
+	if err != nil {
+		s.pendingReason = leasingv1alpha1.ReasonPolicyDenied
+		s.pendingMessage = fmt.Sprintf("minimumDuration %q is not a duration", lease.Spec.MinimumDuration)
+		return ctrl.Result{}, nil
+	}
+
+	nodes := &fleetv1alpha1.MacNodeList{}
+	if err := r.Client.List(ctx, nodes, client.MatchingFields{index.MacNodeByClass: class.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing MacNodes of class %s: %w", class.Name, err)
+	}
+	candidates := freeNodes(nodes.Items)
+	if len(candidates) == 0 {
+		s.pendingReason = leasingv1alpha1.ReasonNoCapacity
+		s.pendingMessage = fmt.Sprintf("no Ready chassis of class %s is free (%d in the class)", class.Name, len(nodes.Items))
+		return ctrl.Result{}, nil
+	}
+
+	boundAt := metav1.NewTime(s.now.UTC().Truncate(time.Second))
+	era := metav1.NewTime(boundAt.Add(minimum))
+	var denials []string
+	for i := range candidates {
+		node := candidates[i].DeepCopy()
+		claimed := node.DeepCopy()
+		claimed.Status.Binding = &fleetv1alpha1.Binding{
+			LeaseNamespace: lease.Namespace, LeaseName: lease.Name, LeaseUID: lease.UID,
+			BoundAt: boundAt, EarliestReleaseAt: era,
+		}
+		claimed.Status.Phase = fleetv1alpha1.MacNodeLeased
+
+		// May-bind: the policies judge the lease as it would be bound and
+		// the MacNode as it would be claimed, before anything is written.
+		boundLease := lease.DeepCopy()
+		fillBound(boundLease, claimed)
+		claimedMap, err := inventory.ToMap(claimed)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		leaseDecision, err := r.decide(ctx, "binding the lease", boundLease, lease, map[string]any{"macNode": claimedMap})
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		nodeInv, err := inventory.Builder{Reader: r.Client}.For(ctx, fleetv1alpha1.GroupVersion.WithKind("MacNode").GroupKind(), claimedMap, nil)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		nodeDecision, err := r.decide(ctx, "claiming the MacNode", claimed, node, nodeInv)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if v := append(leaseDecision.Violations, nodeDecision.Violations...); len(v) > 0 {
+			for _, viol := range v {
+				log.Info("Binding refused by policy", "rule", viol.Rule, "code", viol.Code, "revision", leaseDecision.Revision, "MacNode", node.Name)
+				denials = append(denials, viol.Message)
+			}
+			if !leaseDecision.Allowed() {
+				break // the lease itself is illegal; no chassis will do
+			}
+			continue
+		}
+
+		if err := r.Client.Status().Update(ctx, claimed); err != nil {
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				log.V(1).Info("Lost the race for a chassis", "MacNode", node.Name)
+				continue
+			}
+			return ctrl.Result{}, fmt.Errorf("claiming MacNode %s: %w", node.Name, err)
+		}
+		s.node = claimed
+		r.Recorder.Eventf(lease, claimed, corev1.EventTypeNormal, "LeaseBound", "Bind",
+			"Bound chassis %s (%s) until at least %s", claimed.Spec.Serial, claimed.Name, era.UTC().Format(time.RFC3339))
+		log.Info("Lease bound", "MacNode", claimed.Name, "earliestReleaseAt", era.UTC())
+		return ctrl.Result{}, nil
+	}
+	if len(denials) > 0 {
+		s.pendingReason = leasingv1alpha1.ReasonPolicyDenied
+		s.pendingMessage = strings.Join(denials, "; ")
+		return ctrl.Result{}, nil
+	}
+	// Every candidate was taken under us; the cache will show it shortly.
+	s.pendingReason = leasingv1alpha1.ReasonNoCapacity
+	s.pendingMessage = fmt.Sprintf("every free chassis of class %s was claimed concurrently", class.Name)
+	return ctrl.Result{RequeueAfter: conflictRetry}, nil
+}
+
+// freeNodes are the Ready, unbound MacNodes, longest released first.
+func freeNodes(nodes []fleetv1alpha1.MacNode) []fleetv1alpha1.MacNode {
+	var free []fleetv1alpha1.MacNode
+	for _, n := range nodes {
+		if n.Status.Phase == fleetv1alpha1.MacNodeReady && n.Status.Binding == nil && n.DeletionTimestamp.IsZero() {
+			free = append(free, n)
+		}
+	}
+	sort.SliceStable(free, func(i, j int) bool {
+		ri, rj := lastReleased(free[i]), lastReleased(free[j])
+		if !ri.Equal(rj) {
+			return ri.Before(rj)
+		}
+		return free[i].Name < free[j].Name
+	})
+	return free
+}
+
+func lastReleased(n fleetv1alpha1.MacNode) time.Time {
+	if h := n.Status.History; len(h) > 0 {
+		return h[len(h)-1].ReleasedAt.Time
+	}
+	return time.Time{}
+}
+
+// fillBound writes the binding into the lease's status.
+func fillBound(lease *leasingv1alpha1.MacNodeLease, node *fleetv1alpha1.MacNode) {
+	b := node.Status.Binding
+	lease.Status.Phase = leasingv1alpha1.LeaseBound
+	lease.Status.NodeName = node.Name
+	lease.Status.Serial = node.Spec.Serial
+	lease.Status.BoundAt = b.BoundAt.DeepCopy()
+	lease.Status.EarliestReleaseAt = b.EarliestReleaseAt.DeepCopy()
+}
+
+// reconcileDelete keeps a lease deleted before earliestReleaseAt in Held,
+// and afterwards releases the chassis once every instance is wiped.
+func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result, error) {
+	lease := s.lease
+	if s.node == nil {
+		// Never bound, or released on an earlier pass.
+		controllerutil.RemoveFinalizer(lease, leasingv1alpha1.Finalizer)
+		return ctrl.Result{}, nil
+	}
+	era := s.node.Status.Binding.EarliestReleaseAt.Time
+	if s.now.Before(era) {
+		if lease.Status.HeldAt == nil {
+			held := metav1.NewTime(s.now.UTC().Truncate(time.Second))
+			lease.Status.HeldAt = &held
+			r.Recorder.Eventf(lease, s.node, corev1.EventTypeNormal, "LeaseHeld", "Hold",
+				"Deleted before earliestReleaseAt %s: chassis %s stays with this namespace until then", era.UTC().Format(time.RFC3339), s.node.Spec.Serial)
+		}
+		return ctrl.Result{RequeueAfter: era.Sub(s.now)}, nil
+	}
+	return r.release(ctx, s)
+}
+
+// release deletes the lease's instances, waits for their disk wipes, then
+// clears the MacNode's binding and slots, records the lease in its history,
+// and lets the lease go.
+func (r *Reconciler) release(ctx context.Context, s *scope) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	lease, node := s.lease, s.node
+
+	// May-release: the lease marked Released, and the MacNode's binding
+	// cleared, as the operator is about to write them.
+	released := lease.DeepCopy()
+	released.Status.Phase = leasingv1alpha1.LeaseReleased
+	freed := node.DeepCopy()
+	releasedAt := metav1.NewTime(s.now.UTC().Truncate(time.Second))
+	freed.Status.History = appendHistory(freed.Status.History, fleetv1alpha1.LeaseRecord{
+		LeaseNamespace: lease.Namespace, LeaseName: lease.Name, LeaseUID: lease.UID,
+		BoundAt: node.Status.Binding.BoundAt, ReleasedAt: releasedAt,
+	})
+	freed.Status.Binding = nil
+	freed.Status.Slots = nil
+	// Back through Enrolled: the node controller moves it to Ready only if
+	// the facts still meet the class.
+	freed.Status.Phase = fleetv1alpha1.MacNodeEnrolled
+	for _, check := range []struct {
+		what     string
+		obj, old client.Object
+	}{{"releasing the lease", released, lease}, {"freeing the MacNode", freed, node}} {
+		d, err := r.decide(ctx, check.what, check.obj, check.old, nil)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if !d.Allowed() {
+			for _, v := range d.Violations {
+				log.Info("Release refused by policy", "rule", v.Rule, "code", v.Code, "revision", d.Revision)
+			}
+			return ctrl.Result{}, fmt.Errorf("%s refused: %s", check.what, d.Violations[0].Message)
+		}
+	}
+
+	instances := &computev1alpha1.MacOSInstanceList{}
+	if err := r.Client.List(ctx, instances, client.InNamespace(lease.Namespace),
+		client.MatchingFields{index.InstanceByLease: index.LeaseKey(lease.Namespace, lease.Name)}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing instances of %s/%s: %w", lease.Namespace, lease.Name, err)
+	}
+	for i := range instances.Items {
+		inst := &instances.Items[i]
+		if inst.DeletionTimestamp.IsZero() {
+			if err := r.Client.Delete(ctx, inst); client.IgnoreNotFound(err) != nil {
+				return ctrl.Result{}, fmt.Errorf("deleting instance %s/%s: %w", inst.Namespace, inst.Name, err)
+			}
+		}
+	}
+	if s.awaiting = len(instances.Items); s.awaiting > 0 {
+		// The instances' deletions re-enqueue this lease.
+		return ctrl.Result{}, nil
+	}
+
+	if err := r.Client.Status().Update(ctx, freed); err != nil {
+		return ctrl.Result{}, fmt.Errorf("freeing MacNode %s: %w", node.Name, err)
+	}
+	lease.Status.Phase = leasingv1alpha1.LeaseReleased
+	lease.Status.ReleasedAt = &releasedAt
+	controllerutil.RemoveFinalizer(lease, leasingv1alpha1.Finalizer)
+	s.node, s.released = nil, true
+	r.Recorder.Eventf(lease, freed, corev1.EventTypeNormal, "LeaseReleased", "Release",
+		"Released chassis %s (%s) back to the pool", freed.Spec.Serial, freed.Name)
+	log.Info("Lease released", "MacNode", freed.Name)
+	return ctrl.Result{}, nil
+}
+
+func appendHistory(h []fleetv1alpha1.LeaseRecord, rec fleetv1alpha1.LeaseRecord) []fleetv1alpha1.LeaseRecord {
+	h = append(h, rec)
+	if len(h) > historyLimit {
+		h = h[len(h)-historyLimit:]
+	}
+	return h
+}

@@ -1,0 +1,71 @@
+package lease
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/conditions"
+)
+
+// updateStatus computes the lease's phase and conditions from what this
+// pass observed. Every condition the controller owns is set on every pass.
+func (r *Reconciler) updateStatus(s *scope) {
+	lease := s.lease
+	now := metav1.NewTime(s.now)
+	gen := lease.Generation
+	deleting := !lease.DeletionTimestamp.IsZero()
+
+	switch {
+	case s.released:
+		// Phase and releasedAt were written by release.
+	case s.node != nil:
+		fillBound(lease, s.node)
+		if deleting && s.now.Before(s.node.Status.Binding.EarliestReleaseAt.Time) {
+			lease.Status.Phase = leasingv1alpha1.LeaseHeld
+		}
+	case lease.Status.BoundAt != nil && deleting:
+		// The binding is gone but the lease is still here: it was released.
+		lease.Status.Phase = leasingv1alpha1.LeaseReleased
+	default:
+		lease.Status.Phase = leasingv1alpha1.LeasePending
+	}
+
+	c := &lease.Status.Conditions
+	switch {
+	case s.node != nil:
+		b := s.node.Status.Binding
+		conditions.Set(c, conditions.True(leasingv1alpha1.ConditionBound, leasingv1alpha1.ReasonBound,
+			fmt.Sprintf("chassis %s (%s) is this namespace's until at least %s", s.node.Spec.Serial, s.node.Name, b.EarliestReleaseAt.UTC().Format(time.RFC3339))), gen, now)
+	case lease.Status.Phase == leasingv1alpha1.LeaseReleased:
+		conditions.Set(c, conditions.False(leasingv1alpha1.ConditionBound, leasingv1alpha1.ReasonReleased, "the chassis went back to the pool"), gen, now)
+	default:
+		if conditions.Set(c, conditions.False(leasingv1alpha1.ConditionBound, s.pendingReason, s.pendingMessage), gen, now) && s.pendingReason != "" {
+			r.Recorder.Eventf(lease, nil, corev1.EventTypeWarning, s.pendingReason, "Bind", "%s", s.pendingMessage)
+		}
+	}
+
+	switch {
+	case lease.Status.Phase == leasingv1alpha1.LeaseHeld:
+		conditions.Set(c, conditions.True(leasingv1alpha1.ConditionHeld, leasingv1alpha1.ReasonDeletedEarly,
+			fmt.Sprintf("deleted before earliestReleaseAt %s; the chassis stays with this namespace until then", lease.Status.EarliestReleaseAt.UTC().Format(time.RFC3339))), gen, now)
+	default:
+		conditions.Set(c, conditions.False(leasingv1alpha1.ConditionHeld, leasingv1alpha1.ReasonNotDeleted, "the lease is not held"), gen, now)
+	}
+
+	switch {
+	case lease.Status.Phase == leasingv1alpha1.LeaseReleased:
+		conditions.Set(c, conditions.True(leasingv1alpha1.ConditionReleased, leasingv1alpha1.ReasonReleased, "the chassis went back to the pool"), gen, now)
+	case s.awaiting > 0:
+		conditions.Set(c, conditions.False(leasingv1alpha1.ConditionReleased, leasingv1alpha1.ReasonAwaitingDiskWipe,
+			fmt.Sprintf("%d instance(s) wait for the host agent to stop them and wipe their disks; the chassis stays out of the pool until then", s.awaiting)), gen, now)
+	case deleting && s.node != nil:
+		conditions.Set(c, conditions.False(leasingv1alpha1.ConditionReleased, leasingv1alpha1.ReasonAwaitingRelease, "released at or after earliestReleaseAt"), gen, now)
+	default:
+		conditions.Set(c, conditions.False(leasingv1alpha1.ConditionReleased, leasingv1alpha1.ReasonNotDeleted, "the lease is not being deleted"), gen, now)
+	}
+	lease.Status.ObservedGeneration = gen
+}

@@ -1,0 +1,262 @@
+// Package node reconciles MacNodes: it moves a chassis through Pending,
+// Enrolled and Ready from the facts its agent reports, as node.commercial and
+// quota.never-circumvent decide, and keeps the matching Node's macrack.io/
+// taints and tenant label in step with the MacNode's binding. Only the
+// operator writes those.
+package node
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/conditions"
+	"github.com/boualleiguie/macrack-operator/internal/index"
+	"github.com/boualleiguie/macrack-operator/internal/inventory"
+	"github.com/boualleiguie/macrack-operator/internal/policy"
+	"github.com/boualleiguie/macrack-operator/internal/taints"
+)
+
+// +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodeclasses,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;update;patch
+
+// Reconciler reconciles MacNodes and their Nodes.
+type Reconciler struct {
+	Client   client.Client
+	Engine   *policy.Engine
+	Clock    clock.PassiveClock
+	Recorder events.EventRecorder
+	Params   policy.Params
+	// Identity is the operator's username, as the API server sees it.
+	Identity string
+}
+
+// SetupWithManager registers the controller and its watches.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&fleetv1alpha1.MacNode{}).
+		Named("macnode").
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(macNodeOfNode)).
+		Watches(&fleetv1alpha1.MacNodeClass{}, handler.EnqueueRequestsFromMapFunc(r.macNodesOfClass)).
+		Complete(r)
+}
+
+// macNodeOfNode: a Node and its MacNode share a name.
+func macNodeOfNode(_ context.Context, obj client.Object) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: obj.GetName()}}}
+}
+
+func (r *Reconciler) macNodesOfClass(ctx context.Context, obj client.Object) []reconcile.Request {
+	nodes := &fleetv1alpha1.MacNodeList{}
+	if err := r.Client.List(ctx, nodes, client.MatchingFields{index.MacNodeByClass: obj.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing MacNodes of a class failed", "MacNodeClass", obj.GetName())
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(nodes.Items))
+	for _, n := range nodes.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: n.Name}})
+	}
+	return reqs
+}
+
+// scope carries one pass's observations.
+type scope struct {
+	node *fleetv1alpha1.MacNode
+	now  metav1.Time
+	// classFound is false when the MacNodeClass does not exist.
+	classFound bool
+	// problems are the policies' reasons the chassis may not serve.
+	problems []string
+	// nodeFound is false when the agent has not registered the Node yet.
+	nodeFound bool
+}
+
+// Reconcile derives the MacNode's phase and conditions, then the Node's
+// taints and tenant label.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	mn := &fleetv1alpha1.MacNode{}
+	if err := r.Client.Get(ctx, req.NamespacedName, mn); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	s := &scope{node: mn, now: metav1.NewTime(r.Clock.Now())}
+	if err := r.assessCompliance(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.reconcileNode(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	before := mn.Status.DeepCopy()
+	r.updateStatus(s)
+	if equality.Semantic.DeepEqual(before, &mn.Status) {
+		return ctrl.Result{}, nil
+	}
+	// A full update with the read resourceVersion: never clobber a binding
+	// the lease controller wrote meanwhile.
+	if err := r.Client.Status().Update(ctx, mn); err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{Requeue: true}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("updating MacNode %s status: %w", mn.Name, err)
+	}
+	if before.Phase != mn.Status.Phase {
+		r.Recorder.Eventf(mn, nil, corev1.EventTypeNormal, "Phase"+string(mn.Status.Phase), "Assess",
+			"MacNode %s moved from %s to %s", mn.Name, orPending(before.Phase), mn.Status.Phase)
+	}
+	return ctrl.Result{}, nil
+}
+
+func orPending(p fleetv1alpha1.MacNodePhase) fleetv1alpha1.MacNodePhase {
+	if p == "" {
+		return fleetv1alpha1.MacNodePending
+	}
+	return p
+}
+
+// assessCompliance asks the policies whether this chassis may enter service
+// now: the write the operator would make, from Enrolled to Ready.
+func (r *Reconciler) assessCompliance(ctx context.Context, s *scope) error {
+	mn := s.node
+	class := &fleetv1alpha1.MacNodeClass{}
+	err := r.Client.Get(ctx, client.ObjectKey{Name: mn.Spec.NodeClassName}, class)
+	switch {
+	case apierrors.IsNotFound(err):
+		s.problems = append(s.problems, fmt.Sprintf("MacNodeClass %s does not exist", mn.Spec.NodeClassName))
+		return nil
+	case err != nil:
+		return fmt.Errorf("getting MacNodeClass %s: %w", mn.Spec.NodeClassName, err)
+	}
+	s.classFound = true
+	if mn.Status.Reported == nil {
+		return nil
+	}
+	from := mn.DeepCopy()
+	from.Status.Phase = fleetv1alpha1.MacNodeEnrolled
+	to := mn.DeepCopy()
+	to.Status.Phase = fleetv1alpha1.MacNodeReady
+	oldMap, err := inventory.ToMap(from)
+	if err != nil {
+		return err
+	}
+	newMap, err := inventory.ToMap(to)
+	if err != nil {
+		return err
+	}
+	inv, err := inventory.Builder{Reader: r.Client}.For(ctx, fleetv1alpha1.GroupVersion.WithKind("MacNode").GroupKind(), newMap, oldMap)
+	if err != nil {
+		return err
+	}
+	d, err := r.Engine.Decide(ctx, policy.Input{
+		Object: newMap, OldObject: oldMap,
+		Request: policy.Request{Operation: "UPDATE", Kind: fleetv1alpha1.GroupVersion.WithKind("MacNode"), SubResource: "status",
+			UserInfo: policy.UserInfo{Username: r.Identity}},
+		Params: r.Params, Now: s.now.Time, Inventory: inv,
+	})
+	if err != nil {
+		return fmt.Errorf("assessing MacNode %s: %w", mn.Name, err)
+	}
+	for _, v := range d.Violations {
+		if v.Rule == "node.commercial" || v.Rule == "quota.never-circumvent" || v.Code == policy.CodeError || v.Code == policy.CodeDisagreement {
+			s.problems = append(s.problems, v.Message)
+		}
+	}
+	return nil
+}
+
+// reconcileNode keeps the Node's macrack.io/ taints and tenant label as the
+// binding says, and touches nothing else on it.
+func (r *Reconciler) reconcileNode(ctx context.Context, s *scope) error {
+	n := &corev1.Node{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: s.node.Name}, n); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil // the agent has not registered yet; its creation re-enqueues us
+		}
+		return fmt.Errorf("getting Node %s: %w", s.node.Name, err)
+	}
+	s.nodeFound = true
+	tenant := ""
+	if b := s.node.Status.Binding; b != nil {
+		tenant = b.LeaseNamespace
+	}
+	updated := n.DeepCopy()
+	var taintsChanged, labelsChanged bool
+	updated.Spec.Taints, taintsChanged = taints.Apply(n.Spec.Taints, taints.Desired(tenant))
+	updated.Labels, labelsChanged = taints.Labels(n.Labels, tenant)
+	if !taintsChanged && !labelsChanged {
+		return nil
+	}
+	if err := r.Client.Patch(ctx, updated, client.MergeFromWithOptions(n, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("updating taints of Node %s: %w", n.Name, err)
+	}
+	what := "unleased"
+	if tenant != "" {
+		what = "leased to " + tenant
+	}
+	r.Recorder.Eventf(s.node, updated, corev1.EventTypeNormal, "NodeTainted", "Taint", "Node %s is now %s", n.Name, what)
+	return nil
+}
+
+// updateStatus derives the phase and the conditions.
+func (r *Reconciler) updateStatus(s *scope) {
+	mn := s.node
+	st := &mn.Status
+	gen := mn.Generation
+	c := &st.Conditions
+	compliant := s.classFound && st.Reported != nil && len(s.problems) == 0
+
+	switch {
+	case st.Phase == fleetv1alpha1.MacNodeRetired, st.Phase == fleetv1alpha1.MacNodeQuarantined, st.Phase == fleetv1alpha1.MacNodeRebooting:
+		// Owned by later loops (quarantine, retirement); left as they are.
+	case st.Binding != nil:
+		st.Phase = fleetv1alpha1.MacNodeLeased
+	case st.Reported == nil:
+		st.Phase = fleetv1alpha1.MacNodePending
+	case compliant:
+		st.Phase = fleetv1alpha1.MacNodeReady
+	default:
+		st.Phase = fleetv1alpha1.MacNodeEnrolled
+	}
+
+	switch {
+	case !s.classFound:
+		conditions.Set(c, conditions.False(fleetv1alpha1.ConditionHardwareCompliant, fleetv1alpha1.ReasonClassNotFound, strings.Join(s.problems, "; ")), gen, s.now)
+	case st.Reported == nil:
+		conditions.Set(c, conditions.Unknown(fleetv1alpha1.ConditionHardwareCompliant, fleetv1alpha1.ReasonNotReported, "the host agent has not reported yet"), gen, s.now)
+	case len(s.problems) > 0:
+		if conditions.Set(c, conditions.False(fleetv1alpha1.ConditionHardwareCompliant, fleetv1alpha1.ReasonPolicyViolation, strings.Join(s.problems, "; ")), gen, s.now) {
+			r.Recorder.Eventf(mn, nil, corev1.EventTypeWarning, "HardwareNotCompliant", "Assess", "%s", strings.Join(s.problems, "; "))
+		}
+	default:
+		conditions.Set(c, conditions.True(fleetv1alpha1.ConditionHardwareCompliant, fleetv1alpha1.ReasonCompliant, "the reported facts meet the class, SIP is on, the entitlement is present"), gen, s.now)
+	}
+
+	if b := st.Binding; b != nil {
+		conditions.Set(c, conditions.True(fleetv1alpha1.ConditionLeased, fleetv1alpha1.ReasonBound,
+			fmt.Sprintf("bound to %s/%s until at least %s", b.LeaseNamespace, b.LeaseName, b.EarliestReleaseAt.UTC().Format("2006-01-02T15:04:05Z"))), gen, s.now)
+	} else {
+		conditions.Set(c, conditions.False(fleetv1alpha1.ConditionLeased, fleetv1alpha1.ReasonFree, "no lease holds the chassis"), gen, s.now)
+	}
+
+	switch st.Phase {
+	case fleetv1alpha1.MacNodeReady, fleetv1alpha1.MacNodeLeased:
+		conditions.Set(c, conditions.True(fleetv1alpha1.ConditionReady, string(st.Phase), "the chassis serves leases"), gen, s.now)
+	default:
+		conditions.Set(c, conditions.False(fleetv1alpha1.ConditionReady, fleetv1alpha1.ReasonAwaitingCompliance,
+			fmt.Sprintf("the chassis is %s", orPending(st.Phase))), gen, s.now)
+	}
+	st.ObservedGeneration = gen
+}
