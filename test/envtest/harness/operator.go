@@ -1,0 +1,148 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/yaml"
+
+	"github.com/boualleiguie/macrack-operator/internal/operator"
+	"github.com/boualleiguie/macrack-operator/internal/policy"
+	"github.com/boualleiguie/macrack-operator/policies"
+)
+
+// OperatorUser is the identity the in-process operator runs as.
+const OperatorUser = "macrack-operator"
+
+// WithWebhooks makes Start install config/webhook, served over TLS by the
+// in-process operator and called by the API server.
+func WithWebhooks(env *envtest.Environment) {
+	env.WebhookInstallOptions = envtest.WebhookInstallOptions{
+		Paths: []string{filepath.Join(RepoRoot(), "config", "webhook")},
+	}
+}
+
+// Operator is the operator running in-process against Env, on a fake clock.
+type Operator struct {
+	Clock  *clocktesting.FakeClock
+	Ticks  chan event.GenericEvent
+	Engine *policy.Engine
+	Params policy.Params
+	// Client acts as the operator.
+	Client client.Client
+	stop   context.CancelFunc
+	done   chan error
+}
+
+// OperatorOptions tune StartOperator.
+type OperatorOptions struct {
+	Start                   time.Time
+	Webhooks                bool
+	MaxConcurrentReconciles int
+	Log                     logr.Logger
+}
+
+// StartOperator runs the operator's manager in-process with a fake clock.
+func (e *Env) StartOperator(o OperatorOptions) (*Operator, error) {
+	engine, err := policy.Load(context.Background(), policies.FS, policy.WithTimeout(30*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	user, err := e.Environment.ControlPlane.AddUser(envtest.User{Name: OperatorUser, Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("adding the operator's user: %w", err)
+	}
+	cfg := rest.CopyConfig(user.Config())
+	cfg.QPS, cfg.Burst = 500, 1000
+	opts := ctrl.Options{
+		Scheme:                 e.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Logger:                 o.Log,
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	}
+	if o.Webhooks {
+		w := e.Environment.WebhookInstallOptions
+		opts.WebhookServer = webhook.NewServer(webhook.Options{Host: w.LocalServingHost, Port: w.LocalServingPort, CertDir: w.LocalServingCertDir})
+	}
+	mgr, err := ctrl.NewManager(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	op := &Operator{
+		Clock:  clocktesting.NewFakeClock(o.Start),
+		Ticks:  make(chan event.GenericEvent, 1024),
+		Engine: engine,
+		Params: policy.Params{AgentsNamespace: "macrack-agents", OperatorUsername: OperatorUser},
+		Client: mgr.GetClient(),
+		done:   make(chan error, 1),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	op.stop = cancel
+	if err := operator.Setup(ctx, mgr, operator.Options{
+		Engine: engine, Clock: op.Clock, Params: op.Params,
+		Webhooks: o.Webhooks, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+		LeaseTicks: op.Ticks, Registerer: prometheus.NewRegistry(),
+	}); err != nil {
+		cancel()
+		return nil, err
+	}
+	go func() { op.done <- mgr.Start(ctx) }()
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		cancel()
+		return nil, fmt.Errorf("the operator's cache did not sync")
+	}
+	return op, nil
+}
+
+// Stop stops the operator and waits for it.
+func (op *Operator) Stop() error {
+	op.stop()
+	return <-op.done
+}
+
+// Step moves the fake clock and enqueues the given objects, as a clock
+// tick would on a real one.
+func (op *Operator) Step(d time.Duration, objs ...client.Object) {
+	op.Clock.Step(d)
+	for _, o := range objs {
+		op.Ticks <- event.GenericEvent{Object: o}
+	}
+}
+
+// ApplyYAML creates every object in a YAML file of the repository.
+func (e *Env) ApplyYAML(ctx context.Context, rel string) error {
+	data, err := os.ReadFile(filepath.Join(RepoRoot(), rel))
+	if err != nil {
+		return err
+	}
+	for _, doc := range splitYAML(data) {
+		u := map[string]any{}
+		if err := yaml.Unmarshal(doc, &u); err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+		if len(u) == 0 {
+			continue
+		}
+		obj := unstructuredFrom(u)
+		if err := e.Client.Create(ctx, obj); err != nil {
+			return fmt.Errorf("%s: creating %s %s: %w", rel, obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	return nil
+}
