@@ -36,8 +36,9 @@ type Options struct {
 	PolicyNamespace string
 	// MaxConcurrentReconciles for the lease controller.
 	MaxConcurrentReconciles int
-	// LeaseTicks, if set, enqueues leases on demand (tests' fake clock).
-	LeaseTicks <-chan event.GenericEvent
+	// LeaseTicks and NodeTicks, if set, enqueue leases and MacNodes on
+	// demand (tests' fake clock).
+	LeaseTicks, NodeTicks <-chan event.GenericEvent
 	// Registerer takes the metrics; controller-runtime's registry if nil.
 	Registerer prometheus.Registerer
 }
@@ -71,6 +72,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if err := (&node.Reconciler{
 		Client: mgr.GetClient(), Engine: o.Engine, Clock: o.Clock,
 		Recorder: mgr.GetEventRecorder("macrack-node"), Params: o.Params, Identity: identity,
+		Ticks: o.NodeTicks,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the node controller: %w", err)
 	}

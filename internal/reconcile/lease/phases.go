@@ -14,15 +14,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/chassis"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/inventory"
 )
-
-// historyLimit bounds MacNode.status.history.
-const historyLimit = 32
 
 // conflictRetry is how soon a lost race for a chassis is retried.
 const conflictRetry = 100 * time.Millisecond
@@ -205,17 +202,7 @@ func (r *Reconciler) release(ctx context.Context, s *scope) (ctrl.Result, error)
 	// cleared, as the operator is about to write them.
 	released := lease.DeepCopy()
 	released.Status.Phase = leasingv1alpha1.LeaseReleased
-	freed := node.DeepCopy()
-	releasedAt := metav1.NewTime(s.now.UTC().Truncate(time.Second))
-	freed.Status.History = appendHistory(freed.Status.History, fleetv1alpha1.LeaseRecord{
-		LeaseNamespace: lease.Namespace, LeaseName: lease.Name, LeaseUID: lease.UID,
-		BoundAt: node.Status.Binding.BoundAt, ReleasedAt: releasedAt,
-	})
-	freed.Status.Binding = nil
-	freed.Status.Slots = nil
-	// Back through Enrolled: the node controller moves it to Ready only if
-	// the facts still meet the class.
-	freed.Status.Phase = fleetv1alpha1.MacNodeEnrolled
+	freed := chassis.Freed(node, s.now)
 	for _, check := range []struct {
 		what     string
 		obj, old client.Object
@@ -232,20 +219,11 @@ func (r *Reconciler) release(ctx context.Context, s *scope) (ctrl.Result, error)
 		}
 	}
 
-	instances := &computev1alpha1.MacOSInstanceList{}
-	if err := r.Client.List(ctx, instances, client.InNamespace(lease.Namespace),
-		client.MatchingFields{index.InstanceByLease: index.LeaseKey(lease.Namespace, lease.Name)}); err != nil {
-		return ctrl.Result{}, fmt.Errorf("listing instances of %s/%s: %w", lease.Namespace, lease.Name, err)
+	remaining, err := chassis.DeleteInstances(ctx, r.Client, lease.Namespace, lease.Name)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	for i := range instances.Items {
-		inst := &instances.Items[i]
-		if inst.DeletionTimestamp.IsZero() {
-			if err := r.Client.Delete(ctx, inst); client.IgnoreNotFound(err) != nil {
-				return ctrl.Result{}, fmt.Errorf("deleting instance %s/%s: %w", inst.Namespace, inst.Name, err)
-			}
-		}
-	}
-	if s.awaiting = len(instances.Items); s.awaiting > 0 {
+	if s.awaiting = remaining; remaining > 0 {
 		// The instances' deletions re-enqueue this lease.
 		return ctrl.Result{}, nil
 	}
@@ -253,6 +231,7 @@ func (r *Reconciler) release(ctx context.Context, s *scope) (ctrl.Result, error)
 	if err := r.Client.Status().Update(ctx, freed); err != nil {
 		return ctrl.Result{}, fmt.Errorf("freeing MacNode %s: %w", node.Name, err)
 	}
+	releasedAt := freed.Status.History[len(freed.Status.History)-1].ReleasedAt
 	lease.Status.Phase = leasingv1alpha1.LeaseReleased
 	lease.Status.ReleasedAt = &releasedAt
 	controllerutil.RemoveFinalizer(lease, leasingv1alpha1.Finalizer)
@@ -261,12 +240,4 @@ func (r *Reconciler) release(ctx context.Context, s *scope) (ctrl.Result, error)
 		"Released chassis %s (%s) back to the pool", freed.Spec.Serial, freed.Name)
 	log.Info("Lease released", "MacNode", freed.Name)
 	return ctrl.Result{}, nil
-}
-
-func appendHistory(h []fleetv1alpha1.LeaseRecord, rec fleetv1alpha1.LeaseRecord) []fleetv1alpha1.LeaseRecord {
-	h = append(h, rec)
-	if len(h) > historyLimit {
-		h = h[len(h)-historyLimit:]
-	}
-	return h
 }

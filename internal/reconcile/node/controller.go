@@ -11,18 +11,23 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/chassis"
 	"github.com/boualleiguie/macrack-operator/internal/conditions"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/inventory"
@@ -34,6 +39,8 @@ import (
 // +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodeclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=leasing.macrack.io,resources=macnodeleases,verbs=get;list;watch
+// +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances,verbs=get;list;watch;delete
 
 // Reconciler reconciles MacNodes and their Nodes.
 type Reconciler struct {
@@ -44,21 +51,45 @@ type Reconciler struct {
 	Params   policy.Params
 	// Identity is the operator's username, as the API server sees it.
 	Identity string
+	// Ticks, if set, enqueues MacNodes from outside the cluster: tests step a
+	// fake clock and send the MacNodes whose time has come.
+	Ticks <-chan event.GenericEvent
 }
 
 // SetupWithManager registers the controller and its watches.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&fleetv1alpha1.MacNode{}).
 		Named("macnode").
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(macNodeOfNode)).
 		Watches(&fleetv1alpha1.MacNodeClass{}, handler.EnqueueRequestsFromMapFunc(r.macNodesOfClass)).
-		Complete(r)
+		Watches(&leasingv1alpha1.MacNodeLease{}, handler.EnqueueRequestsFromMapFunc(macNodeOfLease)).
+		Watches(&computev1alpha1.MacOSInstance{}, handler.EnqueueRequestsFromMapFunc(macNodeOfInstance))
+	if r.Ticks != nil {
+		b = b.WatchesRawSource(source.Channel(r.Ticks, &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(r)
 }
 
 // macNodeOfNode: a Node and its MacNode share a name.
 func macNodeOfNode(_ context.Context, obj client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: obj.GetName()}}}
+}
+
+// macNodeOfLease: a lease's going may orphan its chassis' binding.
+func macNodeOfLease(_ context.Context, obj client.Object) []reconcile.Request {
+	if n := obj.(*leasingv1alpha1.MacNodeLease).Status.NodeName; n != "" {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: n}}}
+	}
+	return nil
+}
+
+// macNodeOfInstance: an orphaned binding waits for its instances' wipes.
+func macNodeOfInstance(_ context.Context, obj client.Object) []reconcile.Request {
+	if n := obj.(*computev1alpha1.MacOSInstance).Status.NodeName; n != "" {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: n}}}
+	}
+	return nil
 }
 
 func (r *Reconciler) macNodesOfClass(ctx context.Context, obj client.Object) []reconcile.Request {
@@ -84,6 +115,10 @@ type scope struct {
 	problems []string
 	// nodeFound is false when the agent has not registered the Node yet.
 	nodeFound bool
+	// orphaned: the binding's lease no longer exists.
+	orphaned bool
+	// freed: this pass cleared an orphaned binding.
+	freed bool
 }
 
 // Reconcile derives the MacNode's phase and conditions, then the Node's
@@ -94,6 +129,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	s := &scope{node: mn, now: metav1.NewTime(r.Clock.Now())}
+	res, err := r.reconcileOrphanBinding(ctx, s)
+	if err != nil || s.freed {
+		return res, err
+	}
 	if err := r.assessCompliance(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -103,7 +142,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	before := mn.Status.DeepCopy()
 	r.updateStatus(s)
 	if equality.Semantic.DeepEqual(before, &mn.Status) {
-		return ctrl.Result{}, nil
+		return res, nil
 	}
 	// A full update with the read resourceVersion: never clobber a binding
 	// the lease controller wrote meanwhile.
@@ -117,7 +156,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.Recorder.Eventf(mn, nil, corev1.EventTypeNormal, "Phase"+string(mn.Status.Phase), "Assess",
 			"MacNode %s moved from %s to %s", mn.Name, orPending(before.Phase), mn.Status.Phase)
 	}
-	return ctrl.Result{}, nil
+	return res, nil
 }
 
 func orPending(p fleetv1alpha1.MacNodePhase) fleetv1alpha1.MacNodePhase {
@@ -125,6 +164,80 @@ func orPending(p fleetv1alpha1.MacNodePhase) fleetv1alpha1.MacNodePhase {
 		return fleetv1alpha1.MacNodePending
 	}
 	return p
+}
+
+// reconcileOrphanBinding handles a binding whose lease is gone, which only
+// a forced removal of the lease's finalizer leaves behind. The binding holds
+// the chassis until earliestReleaseAt all the same; then the lease's
+// instances are deleted, and once wiped the chassis is freed.
+func (r *Reconciler) reconcileOrphanBinding(ctx context.Context, s *scope) (ctrl.Result, error) {
+	b := s.node.Status.Binding
+	if b == nil {
+		return ctrl.Result{}, nil
+	}
+	l := &leasingv1alpha1.MacNodeLease{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: b.LeaseNamespace, Name: b.LeaseName}, l)
+	if err == nil && l.UID == b.LeaseUID {
+		return ctrl.Result{}, nil
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("getting lease %s/%s: %w", b.LeaseNamespace, b.LeaseName, err)
+	}
+	s.orphaned = true
+	log := ctrl.LoggerFrom(ctx).WithValues("MacNodeLease", b.LeaseNamespace+"/"+b.LeaseName)
+	if s.now.Before(&b.EarliestReleaseAt) {
+		log.Info("Binding outlives its lease; the chassis stays held", "earliestReleaseAt", b.EarliestReleaseAt.UTC())
+		return ctrl.Result{RequeueAfter: b.EarliestReleaseAt.Sub(s.now.Time)}, nil
+	}
+	freed := chassis.Freed(s.node, s.now.Time)
+	d, err := r.decide(ctx, freed, s.node)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !d.Allowed() {
+		return ctrl.Result{}, fmt.Errorf("freeing MacNode %s refused: %s", s.node.Name, d.Violations[0].Message)
+	}
+	remaining, err := chassis.DeleteInstances(ctx, r.Client, b.LeaseNamespace, b.LeaseName)
+	if err != nil || remaining > 0 {
+		return ctrl.Result{}, err
+	}
+	if err := r.Client.Status().Update(ctx, freed); err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{Requeue: true}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("freeing MacNode %s: %w", s.node.Name, err)
+	}
+	s.freed = true
+	r.Recorder.Eventf(freed, nil, corev1.EventTypeNormal, "ChassisReleased", "Release",
+		"Released chassis %s: its lease %s/%s is gone and earliestReleaseAt has passed", freed.Spec.Serial, b.LeaseNamespace, b.LeaseName)
+	log.Info("Orphaned binding released")
+	return ctrl.Result{}, nil
+}
+
+// decide asks the policy about a status write the operator is about to make.
+func (r *Reconciler) decide(ctx context.Context, to, from *fleetv1alpha1.MacNode) (policy.Decision, error) {
+	newMap, err := inventory.ToMap(to)
+	if err != nil {
+		return policy.Decision{}, err
+	}
+	oldMap, err := inventory.ToMap(from)
+	if err != nil {
+		return policy.Decision{}, err
+	}
+	inv, err := inventory.Builder{Reader: r.Client}.For(ctx, fleetv1alpha1.GroupVersion.WithKind("MacNode").GroupKind(), newMap, oldMap)
+	if err != nil {
+		return policy.Decision{}, err
+	}
+	d, err := r.Engine.Decide(ctx, policy.Input{
+		Object: newMap, OldObject: oldMap,
+		Request: policy.Request{Operation: "UPDATE", Kind: fleetv1alpha1.GroupVersion.WithKind("MacNode"), SubResource: "status",
+			UserInfo: policy.UserInfo{Username: r.Identity}},
+		Params: r.Params, Now: r.Clock.Now(), Inventory: inv,
+	})
+	if err != nil {
+		return d, fmt.Errorf("asking the policy about MacNode %s: %w", to.Name, err)
+	}
+	return d, nil
 }
 
 // assessCompliance asks the policies whether this chassis may enter service
@@ -148,26 +261,9 @@ func (r *Reconciler) assessCompliance(ctx context.Context, s *scope) error {
 	from.Status.Phase = fleetv1alpha1.MacNodeEnrolled
 	to := mn.DeepCopy()
 	to.Status.Phase = fleetv1alpha1.MacNodeReady
-	oldMap, err := inventory.ToMap(from)
+	d, err := r.decide(ctx, to, from)
 	if err != nil {
 		return err
-	}
-	newMap, err := inventory.ToMap(to)
-	if err != nil {
-		return err
-	}
-	inv, err := inventory.Builder{Reader: r.Client}.For(ctx, fleetv1alpha1.GroupVersion.WithKind("MacNode").GroupKind(), newMap, oldMap)
-	if err != nil {
-		return err
-	}
-	d, err := r.Engine.Decide(ctx, policy.Input{
-		Object: newMap, OldObject: oldMap,
-		Request: policy.Request{Operation: "UPDATE", Kind: fleetv1alpha1.GroupVersion.WithKind("MacNode"), SubResource: "status",
-			UserInfo: policy.UserInfo{Username: r.Identity}},
-		Params: r.Params, Now: s.now.Time, Inventory: inv,
-	})
-	if err != nil {
-		return fmt.Errorf("assessing MacNode %s: %w", mn.Name, err)
 	}
 	for _, v := range d.Violations {
 		if v.Rule == "node.commercial" || v.Rule == "quota.never-circumvent" || v.Code == policy.CodeError || v.Code == policy.CodeDisagreement {
@@ -245,8 +341,11 @@ func (r *Reconciler) updateStatus(s *scope) {
 	}
 
 	if b := st.Binding; b != nil {
-		conditions.Set(c, conditions.True(fleetv1alpha1.ConditionLeased, fleetv1alpha1.ReasonBound,
-			fmt.Sprintf("bound to %s/%s until at least %s", b.LeaseNamespace, b.LeaseName, b.EarliestReleaseAt.UTC().Format("2006-01-02T15:04:05Z"))), gen, s.now)
+		msg := fmt.Sprintf("bound to %s/%s until at least %s", b.LeaseNamespace, b.LeaseName, b.EarliestReleaseAt.UTC().Format("2006-01-02T15:04:05Z"))
+		if s.orphaned {
+			msg += "; the lease is gone, the binding holds the chassis until then"
+		}
+		conditions.Set(c, conditions.True(fleetv1alpha1.ConditionLeased, fleetv1alpha1.ReasonBound, msg), gen, s.now)
 	} else {
 		conditions.Set(c, conditions.False(fleetv1alpha1.ConditionLeased, fleetv1alpha1.ReasonFree, "no lease holds the chassis"), gen, s.now)
 	}

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/yaml"
 
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/operator"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	"github.com/boualleiguie/macrack-operator/policies"
@@ -39,10 +40,11 @@ func WithWebhooks(env *envtest.Environment) {
 
 // Operator is the operator running in-process against Env, on a fake clock.
 type Operator struct {
-	Clock  *clocktesting.FakeClock
-	Ticks  chan event.GenericEvent
-	Engine *policy.Engine
-	Params policy.Params
+	Clock *clocktesting.FakeClock
+	// Ticks and NodeTicks reach the lease and the node controllers.
+	Ticks, NodeTicks chan event.GenericEvent
+	Engine           *policy.Engine
+	Params           policy.Params
 	// Client acts as the operator.
 	Client client.Client
 	stop   context.CancelFunc
@@ -85,19 +87,20 @@ func (e *Env) StartOperator(o OperatorOptions) (*Operator, error) {
 		return nil, err
 	}
 	op := &Operator{
-		Clock:  clocktesting.NewFakeClock(o.Start),
-		Ticks:  make(chan event.GenericEvent, 1024),
-		Engine: engine,
-		Params: policy.Params{AgentsNamespace: "macrack-agents", OperatorUsername: OperatorUser},
-		Client: mgr.GetClient(),
-		done:   make(chan error, 1),
+		Clock:     clocktesting.NewFakeClock(o.Start),
+		Ticks:     make(chan event.GenericEvent, 1024),
+		NodeTicks: make(chan event.GenericEvent, 1024),
+		Engine:    engine,
+		Params:    policy.Params{AgentsNamespace: "macrack-agents", OperatorUsername: OperatorUser},
+		Client:    mgr.GetClient(),
+		done:      make(chan error, 1),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	op.stop = cancel
 	if err := operator.Setup(ctx, mgr, operator.Options{
 		Engine: engine, Clock: op.Clock, Params: op.Params,
 		Webhooks: o.Webhooks, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
-		LeaseTicks: op.Ticks, Registerer: prometheus.NewRegistry(),
+		LeaseTicks: op.Ticks, NodeTicks: op.NodeTicks, Registerer: prometheus.NewRegistry(),
 	}); err != nil {
 		cancel()
 		return nil, err
@@ -121,6 +124,10 @@ func (op *Operator) Stop() error {
 func (op *Operator) Step(d time.Duration, objs ...client.Object) {
 	op.Clock.Step(d)
 	for _, o := range objs {
+		if _, isMacNode := o.(*fleetv1alpha1.MacNode); isMacNode {
+			op.NodeTicks <- event.GenericEvent{Object: o}
+			continue
+		}
 		op.Ticks <- event.GenericEvent{Object: o}
 	}
 }
