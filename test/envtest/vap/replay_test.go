@@ -184,3 +184,29 @@ var _ = Describe("The generated ValidatingAdmissionPolicies, with no webhook ins
 		Expect(replayed).To(BeNumerically(">=", 50))
 	})
 })
+
+var _ = Describe("The lease floor at the API server alone", func() {
+	// The webhook configurations are absent (this suite never installs
+	// them): what refuses here is the VAP or the schema.
+	lease := func(ns, name string, spec map[string]any) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "leasing.macrack.io/v1alpha1", "kind": "MacNodeLease",
+			"metadata": map[string]any{"name": name, "namespace": ns},
+			"spec":     spec,
+		}}
+	}
+	It("refuses a 23h lease with the VAP's message, an unset duration with the schema's required error, and admits 24h", func() {
+		ensureNamespace("floor-alone")
+		// The API server loads policies asynchronously.
+		Eventually(func() error {
+			return admin.Create(ctx, lease("floor-alone", "short", map[string]any{"nodeClassName": "m4", "minimumDuration": "23h"}))
+		}).WithTimeout(30 * time.Second).Should(MatchError(ContainSubstring("ValidatingAdmissionPolicy 'macrack-lease-floor' with binding 'macrack-lease-floor' denied request: lease.floor: minimumDuration 23h is below the 24h floor")))
+
+		err := admin.Create(ctx, lease("floor-alone", "unset", map[string]any{"nodeClassName": "m4"}))
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "want the schema's 422, got %v", err)
+		Expect(err.Error()).To(ContainSubstring("spec.minimumDuration: Required value"))
+		Expect(err.Error()).NotTo(ContainSubstring("ValidatingAdmissionPolicy"))
+
+		Expect(admin.Create(ctx, lease("floor-alone", "day", map[string]any{"nodeClassName": "m4", "minimumDuration": "24h"}))).To(Succeed())
+	})
+})

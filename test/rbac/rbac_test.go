@@ -1,0 +1,135 @@
+// Package rbac reads config/rbac and holds the operator and the tenants to
+// the narrow roles the design gives them.
+package rbac
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// allowed is every API group and resource the operator may touch.
+var allowed = map[string][]string{
+	"fleet.macrack.io":             {"*"},
+	"leasing.macrack.io":           {"*"},
+	"compute.macrack.io":           {"*"},
+	"":                             {"nodes", "pods", "events", "serviceaccounts", "configmaps"},
+	"events.k8s.io":                {"events"},
+	"coordination.k8s.io":          {"leases"},
+	"admissionregistration.k8s.io": {"validatingadmissionpolicies", "validatingadmissionpolicybindings"},
+}
+
+func roles(t *testing.T) map[string]rbacv1.ClusterRole {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("..", "..", "config", "rbac", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no RBAC manifests: %v", err)
+	}
+	out := map[string]rbacv1.ClusterRole{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range bytes.Split(data, []byte("\n---")) {
+			var r rbacv1.ClusterRole
+			if err := yaml.Unmarshal(doc, &r); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if r.Kind == "ClusterRole" {
+				out[r.Name] = r
+			}
+		}
+	}
+	return out
+}
+
+// violations lists the rules of role outside allowed.
+func violations(role rbacv1.ClusterRole) []string {
+	var bad []string
+	for _, rule := range role.Rules {
+		for _, g := range rule.APIGroups {
+			ok, known := allowed[g]
+			if !known {
+				bad = append(bad, "group "+g)
+				continue
+			}
+			for _, res := range rule.Resources {
+				base := strings.Split(res, "/")[0]
+				if !contains(ok, "*") && !contains(ok, base) {
+					bad = append(bad, g+"/"+res)
+				}
+			}
+		}
+		if len(rule.NonResourceURLs) > 0 {
+			bad = append(bad, "non-resource URLs")
+		}
+	}
+	return bad
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestTheOperatorsRoleIsNarrow(t *testing.T) {
+	op, ok := roles(t)["macrack-operator"]
+	if !ok {
+		t.Fatal("no macrack-operator ClusterRole in config/rbac")
+	}
+	if len(op.Rules) == 0 {
+		t.Fatal("the operator's role is empty")
+	}
+	for _, v := range violations(op) {
+		t.Errorf("the operator's role reaches outside its API: %s", v)
+	}
+}
+
+func TestTheCheckCatchesAWiderRole(t *testing.T) {
+	wide := rbacv1.ClusterRole{Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"kubevirt.io"}, Resources: []string{"virtualmachines"}, Verbs: []string{"*"}},
+	}}
+	if got := violations(wide); len(got) != 2 {
+		t.Fatalf("want secrets and kubevirt.io caught, got %v", got)
+	}
+}
+
+func TestTenantRolesCoverLeasesAndInstancesAndNeverStatus(t *testing.T) {
+	all := roles(t)
+	for _, name := range []string{"macrack-tenant-edit", "macrack-tenant-view"} {
+		r, ok := all[name]
+		if !ok {
+			t.Fatalf("no %s ClusterRole", name)
+		}
+		var resources []string
+		for _, rule := range r.Rules {
+			for _, res := range rule.Resources {
+				if strings.Contains(res, "/") || res == "*" {
+					t.Errorf("%s grants %s; tenants never write status or subresources", name, res)
+				}
+				resources = append(resources, res)
+			}
+		}
+		if !contains(resources, "macnodeleases") || !contains(resources, "macosinstances") {
+			t.Errorf("%s must cover leases and instances, has %v", name, resources)
+		}
+	}
+	for _, rule := range all["macrack-tenant-view"].Rules {
+		for _, v := range rule.Verbs {
+			if v != "get" && v != "list" && v != "watch" {
+				t.Errorf("macrack-tenant-view may %s", v)
+			}
+		}
+	}
+}
