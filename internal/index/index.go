@@ -33,13 +33,26 @@ const (
 // LeaseKey is the InstanceByLease value of a lease.
 func LeaseKey(namespace, name string) string { return namespace + "/" + name }
 
+// Definition is one field index.
+type Definition struct {
+	Object client.Object
+	Name   string
+	Value  client.IndexerFunc
+}
+
 // Register adds every index to the indexer (a manager's field indexer).
 func Register(ctx context.Context, indexer client.FieldIndexer) error {
-	indexes := []struct {
-		obj   client.Object
-		name  string
-		value func(client.Object) []string
-	}{
+	for _, ix := range Definitions() {
+		if err := indexer.IndexField(ctx, ix.Object, ix.Name, ix.Value); err != nil {
+			return fmt.Errorf("registering index %s: %w", ix.Name, err)
+		}
+	}
+	return nil
+}
+
+// Definitions lists every index, for managers and for fake clients in tests.
+func Definitions() []Definition {
+	return []Definition{
 		{&leasingv1alpha1.MacNodeLease{}, LeaseBySerial, func(o client.Object) []string {
 			return nonEmpty(o.(*leasingv1alpha1.MacNodeLease).Status.Serial)
 		}},
@@ -63,12 +76,6 @@ func Register(ctx context.Context, indexer client.FieldIndexer) error {
 			return nil
 		}},
 	}
-	for _, ix := range indexes {
-		if err := indexer.IndexField(ctx, ix.obj, ix.name, ix.value); err != nil {
-			return fmt.Errorf("registering index %s: %w", ix.name, err)
-		}
-	}
-	return nil
 }
 
 func nonEmpty(s string) []string {
