@@ -33,7 +33,7 @@ func validator(t *testing.T) *PolicyValidator {
 	_ = fleetv1alpha1.AddToScheme(s)
 	_ = leasingv1alpha1.AddToScheme(s)
 	return &PolicyValidator{Engine: engine, Inventory: inventory.Builder{Reader: fake.NewClientBuilder().WithScheme(s).Build()},
-		Clock: clocktesting.NewFakeClock(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)),
+		Clock:  clocktesting.NewFakeClock(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)),
 		Params: policy.Params{AgentsNamespace: "macrack-agents", OperatorUsername: "operator"}, Metrics: NewMetrics()}
 }
 
