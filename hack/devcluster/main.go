@@ -1,7 +1,8 @@
 // Command devcluster is `make run`: it starts a local kube-apiserver and etcd
-// from bin/k8s with envtest's flags, installs the CRDs, runs the operator
-// against them, writes a kubeconfig under bin/ and prints the line that
-// points kubectl at it. Ctrl-C stops every process it started.
+// from bin/k8s with envtest's flags, installs the CRDs and the webhook
+// configurations (self-signed serving certificates, generated here), runs the
+// operator against them, writes a kubeconfig under bin/ and prints the line
+// that points kubectl at it. Ctrl-C stops every process it started.
 package main
 
 import (
@@ -16,6 +17,9 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -42,6 +46,10 @@ func run(root, extraArgs string) error {
 		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: filepath.Join(bin, "k8s"),
+		// envtest rewrites the webhook configurations to call
+		// LocalServingHost:LocalServingPort with a CA it generates, and
+		// writes the serving certificate into LocalServingCertDir.
+		WebhookInstallOptions: envtest.WebhookInstallOptions{Paths: []string{filepath.Join(root, "config", "webhook")}},
 	}
 	fmt.Println("devcluster: starting etcd and kube-apiserver from bin/k8s")
 	if _, err := env.Start(); err != nil {
@@ -55,27 +63,32 @@ func run(root, extraArgs string) error {
 		}
 	}()
 
-	admin, err := env.ControlPlane.AddUser(envtest.User{Name: "macrack-admin", Groups: []string{"system:masters"}}, nil)
+	kubeconfigPath, err := writeKubeconfig(env, "macrack-admin", filepath.Join(bin, "kubeconfig"))
 	if err != nil {
-		return fmt.Errorf("adding admin user: %w", err)
+		return err
 	}
-	kubeconfig, err := admin.KubeConfig()
+	// The operator runs as its own user, so that the policies can tell its
+	// writes from a person's.
+	operatorKubeconfig, err := writeKubeconfig(env, operatorUser, filepath.Join(bin, "operator.kubeconfig"))
 	if err != nil {
-		return fmt.Errorf("rendering kubeconfig: %w", err)
+		return err
 	}
-	kubeconfigPath := filepath.Join(bin, "kubeconfig")
-	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
-		return fmt.Errorf("writing kubeconfig: %w", err)
+	if err := createNamespaces(env, policyNamespace, agentsNamespace); err != nil {
+		return err
 	}
 
-	operator, err := startProcess("operator", filepath.Join(bin, "operator"), operatorArgs(kubeconfigPath, extraArgs))
+	w := env.WebhookInstallOptions
+	operator, err := startProcess("operator", filepath.Join(bin, "operator"), append(operatorArgs(operatorKubeconfig, extraArgs),
+		fmt.Sprintf("--webhook-port=%d", w.LocalServingPort),
+		"--webhook-cert-dir="+w.LocalServingCertDir,
+	))
 	if err != nil {
 		return err
 	}
 	defer operator.stop()
 
 	fmt.Printf(`
-devcluster: ready. %d CRDs installed, the operator is running.
+devcluster: ready. %d CRDs installed; the operator is running and serving its webhooks.
 
     export KUBECONFIG=%s
     export PATH=%s:$PATH    # kubectl v1.37.2, built from the module proxy
@@ -92,13 +105,52 @@ Press Ctrl-C to stop everything.
 	}
 }
 
+const (
+	operatorUser    = "macrack-operator"
+	policyNamespace = "macrack-system"
+	agentsNamespace = "macrack-agents"
+)
+
 func operatorArgs(kubeconfig, extra string) []string {
 	return append([]string{
 		"--kubeconfig=" + kubeconfig,
 		"--metrics-bind-address=127.0.0.1:18080",
 		"--health-probe-bind-address=127.0.0.1:18081",
+		"--operator-username=" + operatorUser,
+		"--policy-namespace=" + policyNamespace,
+		"--agents-namespace=" + agentsNamespace,
 		"--zap-devel",
 	}, strings.Fields(extra)...)
+}
+
+// writeKubeconfig adds a system:masters user and writes its kubeconfig.
+func writeKubeconfig(env *envtest.Environment, user, path string) (string, error) {
+	u, err := env.ControlPlane.AddUser(envtest.User{Name: user, Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", fmt.Errorf("adding user %s: %w", user, err)
+	}
+	data, err := u.KubeConfig()
+	if err != nil {
+		return "", fmt.Errorf("rendering the kubeconfig of %s: %w", user, err)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return "", fmt.Errorf("writing %s: %w", path, err)
+	}
+	return path, nil
+}
+
+func createNamespaces(env *envtest.Environment, names ...string) error {
+	c, err := client.New(env.Config, client.Options{})
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}
+		if err := c.Create(context.Background(), ns); client.IgnoreAlreadyExists(err) != nil {
+			return fmt.Errorf("creating namespace %s: %w", n, err)
+		}
+	}
+	return nil
 }
 
 // child is a process devcluster started and must stop.

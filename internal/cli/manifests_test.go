@@ -112,6 +112,7 @@ func TestReadManifestsSurvivesDeepNesting(t *testing.T) {
 // what it accepts must be numbered objects with an apiVersion and a kind.
 func FuzzReadManifests(f *testing.F) {
 	samples, err := filepath.Glob(filepath.Join(samplesDir, "*.yaml"))
+	samples = append(samples, instanceSample)
 	if err != nil || len(samples) == 0 {
 		f.Fatalf("no samples to seed with: %v", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,7 +106,13 @@ var _ = Describe("The CRDs", func() {
 var _ = Describe("Every sample in config/samples", func() {
 	It("is accepted by the schema", func() {
 		ns := newNamespace()
-		files, err := filepath.Glob(filepath.Join(harness.RepoRoot(), "config", "samples", "*.yaml"))
+		var files []string
+		err := filepath.WalkDir(filepath.Join(harness.RepoRoot(), "config", "samples"), func(p string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && strings.HasSuffix(p, ".yaml") {
+				files = append(files, p)
+			}
+			return err
+		})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(files).NotTo(BeEmpty())
 		kinds := map[string]bool{}
