@@ -41,6 +41,9 @@ type Options struct {
 	LeaseTicks, NodeTicks <-chan event.GenericEvent
 	// Registerer takes the metrics; controller-runtime's registry if nil.
 	Registerer prometheus.Registerer
+	// WebhooksOnly leaves the controllers out, to measure the admission
+	// path alone.
+	WebhooksOnly bool
 }
 
 // Setup adds everything to mgr.
@@ -62,6 +65,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		}
 	}
 	identity := o.Params.OperatorUsername
+	if o.WebhooksOnly {
+		return admission.Setup(mgr, o.Engine, o.Clock, o.Params, admissionMetrics)
+	}
 	if err := (&lease.Reconciler{
 		Client: mgr.GetClient(), Engine: o.Engine, Clock: o.Clock,
 		Recorder: mgr.GetEventRecorder("macrack-lease"), Params: o.Params, Identity: identity,

@@ -57,6 +57,8 @@ type OperatorOptions struct {
 	Webhooks                bool
 	MaxConcurrentReconciles int
 	Log                     logr.Logger
+	// WebhooksOnly runs the webhooks without the controllers.
+	WebhooksOnly bool
 }
 
 // StartOperator runs the operator's manager in-process with a fake clock.
@@ -101,6 +103,7 @@ func (e *Env) StartOperator(o OperatorOptions) (*Operator, error) {
 		Engine: engine, Clock: op.Clock, Params: op.Params,
 		Webhooks: o.Webhooks, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		LeaseTicks: op.Ticks, NodeTicks: op.NodeTicks, Registerer: prometheus.NewRegistry(),
+		WebhooksOnly: o.WebhooksOnly,
 	}); err != nil {
 		cancel()
 		return nil, err
