@@ -118,6 +118,26 @@ func TestBindingPicksTheChassisReleasedLongestAgo(t *testing.T) {
 	}
 }
 
+func TestLengtheningABoundLeaseExtendsTheBinding(t *testing.T) {
+	f := newFixture(t, class("m4"), readyNode("a", nil), newLease("24h"))
+	f.reconcile(t)
+	l := f.lease(t)
+	l.Spec.MinimumDuration = "48h"
+	if err := f.c.Update(context.Background(), l); err != nil {
+		t.Fatal(err)
+	}
+	f.reconcile(t)
+	want := t0.Add(48 * time.Hour)
+	if got := f.lease(t).Status.EarliestReleaseAt; !got.Time.Equal(want) {
+		t.Fatalf("lease earliestReleaseAt %v, want %v", got, want)
+	}
+	n := &fleetv1alpha1.MacNode{}
+	_ = f.c.Get(context.Background(), client.ObjectKey{Name: "a"}, n)
+	if !n.Status.Binding.EarliestReleaseAt.Time.Equal(want) {
+		t.Fatalf("the binding, which is authoritative, must move too: %v", n.Status.Binding.EarliestReleaseAt)
+	}
+}
+
 func TestANeverLeasedChassisGoesFirst(t *testing.T) {
 	older := t0.Add(-48 * time.Hour)
 	f := newFixture(t, class("m4"), readyNode("a-used", &older), readyNode("z-new", nil), newLease("24h"))

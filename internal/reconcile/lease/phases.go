@@ -24,12 +24,43 @@ import (
 // conflictRetry is how soon a lost race for a chassis is retried.
 const conflictRetry = 100 * time.Millisecond
 
-// reconcileNormal binds an unbound lease; a bound one needs nothing.
+// reconcileNormal binds an unbound lease, and extends a bound one whose
+// tenant lengthened it.
 func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result, error) {
 	if s.node != nil {
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.extend(ctx, s)
 	}
 	return r.bind(ctx, s)
+}
+
+// extend moves the binding's earliestReleaseAt to boundAt + minimumDuration
+// when the tenant lengthened the lease. It never moves it earlier.
+func (r *Reconciler) extend(ctx context.Context, s *scope) error {
+	minimum, err := time.ParseDuration(s.lease.Spec.MinimumDuration)
+	if err != nil {
+		return nil // the policies refuse such a lease; nothing to extend
+	}
+	b := s.node.Status.Binding
+	want := metav1.NewTime(b.BoundAt.Add(minimum))
+	if !want.After(b.EarliestReleaseAt.Time) {
+		return nil
+	}
+	extended := s.node.DeepCopy()
+	extended.Status.Binding.EarliestReleaseAt = want
+	d, err := r.decide(ctx, "extending the binding", extended, s.node, nil)
+	if err != nil {
+		return err
+	}
+	if !d.Allowed() {
+		return fmt.Errorf("extending the binding of MacNode %s refused: %s", s.node.Name, d.Violations[0].Message)
+	}
+	if err := r.Client.Status().Update(ctx, extended); err != nil {
+		return fmt.Errorf("extending the binding of MacNode %s: %w", s.node.Name, err)
+	}
+	s.node = extended
+	r.Recorder.Eventf(s.lease, extended, corev1.EventTypeNormal, "LeaseExtended", "Extend",
+		"Extended to at least %s", want.UTC().Format(time.RFC3339))
+	return nil
 }
 
 // bind claims a Ready, unbound MacNode of the class. The claim is the
