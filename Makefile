@@ -104,7 +104,7 @@ unit: ## Unit tests (no control plane).
 
 .PHONY: envtest
 envtest: controlplane ## Integration suites against a real kube-apiserver and etcd.
-	go test $(GO_TEST_FLAGS) -timeout 25m ./test/envtest/... -ginkgo.v=false
+	go test $(GO_TEST_FLAGS) -timeout 25m ./test/envtest/...
 
 .PHONY: test
 test: controlplane fmt-check vet check-generated check-decoupling unit policy envtest ## Everything CI runs.
