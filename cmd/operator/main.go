@@ -46,6 +46,8 @@ type options struct {
 	operatorUsername        string
 	maxConcurrentReconciles int
 	policyTimeout           time.Duration
+	heartbeatInterval       time.Duration
+	missedHeartbeats        int
 }
 
 func main() {
@@ -68,6 +70,8 @@ func main() {
 	fs.StringVar(&opts.operatorUsername, "operator-username", "system:serviceaccount:macrack-system:macrack-operator", "The operator's own username, as the API server sees it.")
 	fs.IntVar(&opts.maxConcurrentReconciles, "max-concurrent-reconciles", 4, "Parallel lease reconciles.")
 	fs.DurationVar(&opts.policyTimeout, "policy-timeout", policy.DefaultTimeout, "The deadline of one policy decision; past it, the request is denied.")
+	fs.DurationVar(&opts.heartbeatInterval, "heartbeat-interval", 10*time.Second, "How often host agents renew their heartbeat Lease.")
+	fs.IntVar(&opts.missedHeartbeats, "missed-heartbeats", 4, "How many heartbeats may be missed before a chassis and its Node are marked not ready.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(fs)
 	flag.Parse()
@@ -153,6 +157,7 @@ func run(log logr.Logger, opts options) error {
 		ApplyAdmissionPolicies:  opts.applyAdmissionPolicies,
 		PolicyNamespace:         opts.policyNamespace,
 		MaxConcurrentReconciles: opts.maxConcurrentReconciles,
+		HeartbeatGrace:          opts.heartbeatInterval * time.Duration(opts.missedHeartbeats),
 	}); err != nil {
 		return err
 	}

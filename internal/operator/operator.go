@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
@@ -19,6 +20,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/lease"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/node"
+	"github.com/boualleiguie/macrack-operator/internal/reconcile/placement"
 )
 
 // Options configure the operator.
@@ -44,6 +46,9 @@ type Options struct {
 	// WebhooksOnly leaves the controllers out, to measure the admission
 	// path alone.
 	WebhooksOnly bool
+	// HeartbeatGrace is how stale an agent's heartbeat may grow before its
+	// chassis is marked not ready.
+	HeartbeatGrace time.Duration
 }
 
 // Setup adds everything to mgr.
@@ -78,9 +83,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if err := (&node.Reconciler{
 		Client: mgr.GetClient(), Engine: o.Engine, Clock: o.Clock,
 		Recorder: mgr.GetEventRecorder("macrack-node"), Params: o.Params, Identity: identity,
-		Ticks: o.NodeTicks,
+		Ticks: o.NodeTicks, HeartbeatGrace: o.HeartbeatGrace,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the node controller: %w", err)
+	}
+	if err := (&placement.Reconciler{
+		Client: mgr.GetClient(), Engine: o.Engine, Clock: o.Clock,
+		Recorder: mgr.GetEventRecorder("macrack-placement"), Params: o.Params, Identity: identity,
+		Namespace: o.PolicyNamespace,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the placement controller: %w", err)
 	}
 	if o.Webhooks {
 		if err := admission.Setup(mgr, o.Engine, o.Clock, o.Params, admissionMetrics); err != nil {

@@ -9,7 +9,9 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,6 +41,7 @@ import (
 // +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodeclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups="",resources=nodes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=leasing.macrack.io,resources=macnodeleases,verbs=get;list;watch
 // +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances,verbs=get;list;watch;delete
 
@@ -54,7 +57,14 @@ type Reconciler struct {
 	// Ticks, if set, enqueues MacNodes from outside the cluster: tests step a
 	// fake clock and send the MacNodes whose time has come.
 	Ticks <-chan event.GenericEvent
+	// HeartbeatGrace is how old the agent's heartbeat Lease may grow before
+	// the chassis and its Node are marked not ready: the heartbeat interval
+	// times the number of heartbeats that may be missed.
+	HeartbeatGrace time.Duration
 }
+
+// HeartbeatNamespace holds the agents' heartbeat Leases, as kubelets' do.
+const HeartbeatNamespace = "kube-node-lease"
 
 // SetupWithManager registers the controller and its watches.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -64,7 +74,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(macNodeOfNode)).
 		Watches(&fleetv1alpha1.MacNodeClass{}, handler.EnqueueRequestsFromMapFunc(r.macNodesOfClass)).
 		Watches(&leasingv1alpha1.MacNodeLease{}, handler.EnqueueRequestsFromMapFunc(macNodeOfLease)).
-		Watches(&computev1alpha1.MacOSInstance{}, handler.EnqueueRequestsFromMapFunc(macNodeOfInstance))
+		Watches(&computev1alpha1.MacOSInstance{}, handler.EnqueueRequestsFromMapFunc(macNodeOfInstance)).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(macNodeOfHeartbeat))
 	if r.Ticks != nil {
 		b = b.WatchesRawSource(source.Channel(r.Ticks, &handler.EnqueueRequestForObject{}))
 	}
@@ -73,6 +84,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // macNodeOfNode: a Node and its MacNode share a name.
 func macNodeOfNode(_ context.Context, obj client.Object) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: obj.GetName()}}}
+}
+
+// macNodeOfHeartbeat: an agent's heartbeat Lease is named after its node.
+func macNodeOfHeartbeat(_ context.Context, obj client.Object) []reconcile.Request {
+	if obj.GetNamespace() != HeartbeatNamespace {
+		return nil
+	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: obj.GetName()}}}
 }
 
@@ -119,6 +138,10 @@ type scope struct {
 	orphaned bool
 	// freed: this pass cleared an orphaned binding.
 	freed bool
+	// agent is the heartbeat's verdict: True, False (missed) or Unknown
+	// (the agent never heartbeated); agentMessage says why.
+	agent        metav1.ConditionStatus
+	agentMessage string
 }
 
 // Reconcile derives the MacNode's phase and conditions, then the Node's
@@ -136,6 +159,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.assessCompliance(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
+	heartbeatRes, err := r.assessHeartbeat(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	res = lowestRequeue(res, heartbeatRes)
 	if err := r.reconcileNode(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -273,6 +301,42 @@ func (r *Reconciler) assessCompliance(ctx context.Context, s *scope) error {
 	return nil
 }
 
+// assessHeartbeat reads the agent's heartbeat Lease. It returns when to
+// look again: when the heartbeat will have grown too old.
+func (r *Reconciler) assessHeartbeat(ctx context.Context, s *scope) (ctrl.Result, error) {
+	hb := &coordinationv1.Lease{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: HeartbeatNamespace, Name: s.node.Name}, hb)
+	switch {
+	case apierrors.IsNotFound(err):
+		s.agent, s.agentMessage = metav1.ConditionUnknown, "the host agent has not sent a heartbeat yet"
+		return ctrl.Result{}, nil
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("getting the heartbeat of %s: %w", s.node.Name, err)
+	}
+	if hb.Spec.RenewTime == nil || r.HeartbeatGrace <= 0 {
+		s.agent, s.agentMessage = metav1.ConditionUnknown, "the heartbeat has no renew time"
+		return ctrl.Result{}, nil
+	}
+	deadline := hb.Spec.RenewTime.Add(r.HeartbeatGrace)
+	if !s.now.Time.Before(deadline) {
+		s.agent = metav1.ConditionFalse
+		s.agentMessage = fmt.Sprintf("no heartbeat since %s (more than %s)", hb.Spec.RenewTime.UTC().Format(time.RFC3339), r.HeartbeatGrace)
+		return ctrl.Result{}, nil
+	}
+	s.agent, s.agentMessage = metav1.ConditionTrue, "the host agent heartbeats"
+	return ctrl.Result{RequeueAfter: deadline.Sub(s.now.Time)}, nil
+}
+
+func lowestRequeue(a, b ctrl.Result) ctrl.Result {
+	switch {
+	case a.RequeueAfter == 0:
+		return b
+	case b.RequeueAfter == 0 || a.RequeueAfter < b.RequeueAfter:
+		return a
+	}
+	return b
+}
+
 // reconcileNode keeps the Node's macrack.io/ taints and tenant label as the
 // binding says, and touches nothing else on it.
 func (r *Reconciler) reconcileNode(ctx context.Context, s *scope) error {
@@ -292,6 +356,11 @@ func (r *Reconciler) reconcileNode(ctx context.Context, s *scope) error {
 	var taintsChanged, labelsChanged bool
 	updated.Spec.Taints, taintsChanged = taints.Apply(n.Spec.Taints, taints.Desired(tenant))
 	updated.Labels, labelsChanged = taints.Labels(n.Labels, tenant)
+	if s.agent == metav1.ConditionFalse {
+		if err := r.markNodeNotReady(ctx, n, s); err != nil {
+			return err
+		}
+	}
 	if !taintsChanged && !labelsChanged {
 		return nil
 	}
@@ -303,6 +372,34 @@ func (r *Reconciler) reconcileNode(ctx context.Context, s *scope) error {
 		what = "leased to " + tenant
 	}
 	r.Recorder.Eventf(s.node, updated, corev1.EventTypeNormal, "NodeTainted", "Taint", "Node %s is now %s", n.Name, what)
+	return nil
+}
+
+// markNodeNotReady sets the Node's Ready condition to False when the agent
+// fell silent, as the node lifecycle controller would for a kubelet.
+func (r *Reconciler) markNodeNotReady(ctx context.Context, n *corev1.Node, s *scope) error {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionFalse && c.Reason == fleetv1alpha1.ReasonHeartbeatMissed {
+			return nil
+		}
+	}
+	updated := n.DeepCopy()
+	cond := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: fleetv1alpha1.ReasonHeartbeatMissed,
+		Message: "MacRack host agent: " + s.agentMessage, LastTransitionTime: s.now, LastHeartbeatTime: s.now}
+	replaced := false
+	for i := range updated.Status.Conditions {
+		if updated.Status.Conditions[i].Type == corev1.NodeReady {
+			updated.Status.Conditions[i] = cond
+			replaced = true
+		}
+	}
+	if !replaced {
+		updated.Status.Conditions = append(updated.Status.Conditions, cond)
+	}
+	if err := r.Client.Status().Patch(ctx, updated, client.MergeFrom(n)); err != nil {
+		return fmt.Errorf("marking Node %s not ready: %w", n.Name, err)
+	}
+	r.Recorder.Eventf(s.node, updated, corev1.EventTypeWarning, fleetv1alpha1.ReasonHeartbeatMissed, "Heartbeat", "%s", s.agentMessage)
 	return nil
 }
 
@@ -321,7 +418,7 @@ func (r *Reconciler) updateStatus(s *scope) {
 		st.Phase = fleetv1alpha1.MacNodeLeased
 	case st.Reported == nil:
 		st.Phase = fleetv1alpha1.MacNodePending
-	case compliant:
+	case compliant && s.agent != metav1.ConditionFalse:
 		st.Phase = fleetv1alpha1.MacNodeReady
 	default:
 		st.Phase = fleetv1alpha1.MacNodeEnrolled
@@ -350,8 +447,19 @@ func (r *Reconciler) updateStatus(s *scope) {
 		conditions.Set(c, conditions.False(fleetv1alpha1.ConditionLeased, fleetv1alpha1.ReasonFree, "no lease holds the chassis"), gen, s.now)
 	}
 
-	switch st.Phase {
-	case fleetv1alpha1.MacNodeReady, fleetv1alpha1.MacNodeLeased:
+	switch s.agent {
+	case metav1.ConditionTrue:
+		conditions.Set(c, conditions.True(fleetv1alpha1.ConditionAgentReady, fleetv1alpha1.ReasonHeartbeatCurrent, s.agentMessage), gen, s.now)
+	case metav1.ConditionFalse:
+		conditions.Set(c, conditions.False(fleetv1alpha1.ConditionAgentReady, fleetv1alpha1.ReasonHeartbeatMissed, s.agentMessage), gen, s.now)
+	default:
+		conditions.Set(c, conditions.Unknown(fleetv1alpha1.ConditionAgentReady, fleetv1alpha1.ReasonNotReported, s.agentMessage), gen, s.now)
+	}
+
+	switch {
+	case s.agent == metav1.ConditionFalse:
+		conditions.Set(c, conditions.False(fleetv1alpha1.ConditionReady, fleetv1alpha1.ReasonHeartbeatMissed, s.agentMessage), gen, s.now)
+	case st.Phase == fleetv1alpha1.MacNodeReady, st.Phase == fleetv1alpha1.MacNodeLeased:
 		conditions.Set(c, conditions.True(fleetv1alpha1.ConditionReady, string(st.Phase), "the chassis serves leases"), gen, s.now)
 	default:
 		conditions.Set(c, conditions.False(fleetv1alpha1.ConditionReady, fleetv1alpha1.ReasonAwaitingCompliance,

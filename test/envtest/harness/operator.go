@@ -9,6 +9,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -59,7 +61,13 @@ type OperatorOptions struct {
 	Log                     logr.Logger
 	// WebhooksOnly runs the webhooks without the controllers.
 	WebhooksOnly bool
+	// HeartbeatGrace marks a chassis not ready when its agent's heartbeat
+	// is older; zero disables the check.
+	HeartbeatGrace time.Duration
 }
+
+// OperatorNamespace holds the operator's placeholder Pods and policy params.
+const OperatorNamespace = "macrack-system"
 
 // StartOperator runs the operator's manager in-process with a fake clock.
 func (e *Env) StartOperator(o OperatorOptions) (*Operator, error) {
@@ -99,11 +107,16 @@ func (e *Env) StartOperator(o OperatorOptions) (*Operator, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	op.stop = cancel
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: OperatorNamespace}}
+	if err := e.Client.Create(ctx, ns); client.IgnoreAlreadyExists(err) != nil {
+		cancel()
+		return nil, err
+	}
 	if err := operator.Setup(ctx, mgr, operator.Options{
 		Engine: engine, Clock: op.Clock, Params: op.Params,
 		Webhooks: o.Webhooks, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		LeaseTicks: op.Ticks, NodeTicks: op.NodeTicks, Registerer: prometheus.NewRegistry(),
-		WebhooksOnly: o.WebhooksOnly,
+		WebhooksOnly: o.WebhooksOnly, PolicyNamespace: OperatorNamespace, HeartbeatGrace: o.HeartbeatGrace,
 	}); err != nil {
 		cancel()
 		return nil, err

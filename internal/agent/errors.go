@@ -1,0 +1,13 @@
+package agent
+
+import "errors"
+
+// Sentinel errors of the host agent.
+var (
+	// ErrNotEnrolled means no MacNode exists for this chassis: run
+	// `macrackctl node enroll` first.
+	ErrNotEnrolled = errors.New("chassis not enrolled")
+	// ErrNoSlot means no slot of this chassis names the instance, so its VM
+	// must not run.
+	ErrNoSlot = errors.New("no slot names the instance")
+)

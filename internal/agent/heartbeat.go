@@ -1,0 +1,103 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// HeartbeatNamespace holds the heartbeat Leases, as it does kubelets'.
+const HeartbeatNamespace = "kube-node-lease"
+
+// Heartbeat renews the agent's own Lease in kube-node-lease and keeps its
+// Node's Ready condition. Heartbeats go through the Lease, never through
+// MacNode status, so that they never collide with the operator's writes.
+type Heartbeat struct {
+	Client   client.Client
+	NodeName string
+	Interval time.Duration
+	Clock    clock.WithTicker
+	Log      logr.Logger
+}
+
+// Run beats until ctx ends.
+func (h *Heartbeat) Run(ctx context.Context) error {
+	t := h.Clock.NewTicker(h.Interval)
+	defer t.Stop()
+	for {
+		if err := h.Beat(ctx); err != nil {
+			h.Log.Error(err, "Heartbeat failed")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C():
+		}
+	}
+}
+
+// Beat renews the Lease once and restores the Node's Ready condition if it
+// is not True.
+func (h *Heartbeat) Beat(ctx context.Context) error {
+	now := metav1.NewMicroTime(h.Clock.Now())
+	lease := &coordinationv1.Lease{}
+	err := h.Client.Get(ctx, client.ObjectKey{Namespace: HeartbeatNamespace, Name: h.NodeName}, lease)
+	switch {
+	case apierrors.IsNotFound(err):
+		lease = &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: HeartbeatNamespace, Name: h.NodeName},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(h.NodeName),
+				LeaseDurationSeconds: ptr.To(int32(4 * h.Interval / time.Second)), RenewTime: &now},
+		}
+		if err := h.Client.Create(ctx, lease); err != nil {
+			return fmt.Errorf("creating heartbeat Lease: %w", err)
+		}
+	case err != nil:
+		return fmt.Errorf("getting heartbeat Lease: %w", err)
+	default:
+		lease.Spec.RenewTime = &now
+		if err := h.Client.Update(ctx, lease); err != nil {
+			return fmt.Errorf("renewing heartbeat Lease: %w", err)
+		}
+	}
+	return h.keepReady(ctx, now.Time)
+}
+
+func (h *Heartbeat) keepReady(ctx context.Context, now time.Time) error {
+	node := &corev1.Node{}
+	if err := h.Client.Get(ctx, client.ObjectKey{Name: h.NodeName}, node); err != nil {
+		return fmt.Errorf("getting Node: %w", err)
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			return nil
+		}
+	}
+	updated := node.DeepCopy()
+	ready := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "AgentReady",
+		Message: "MacRack host agent is heartbeating", LastHeartbeatTime: metav1.NewTime(now), LastTransitionTime: metav1.NewTime(now)}
+	found := false
+	for i := range updated.Status.Conditions {
+		if updated.Status.Conditions[i].Type == corev1.NodeReady {
+			updated.Status.Conditions[i] = ready
+			found = true
+		}
+	}
+	if !found {
+		updated.Status.Conditions = append(updated.Status.Conditions, ready)
+	}
+	if err := h.Client.Status().Patch(ctx, updated, client.MergeFrom(node)); err != nil {
+		return fmt.Errorf("marking Node ready: %w", err)
+	}
+	h.Log.Info("Node marked ready")
+	return nil
+}

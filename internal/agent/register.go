@@ -1,0 +1,89 @@
+// Package agent is the host agent's mechanics on one Mac mini: it registers
+// the chassis' Node, heartbeats, reports the hardware facts, renews its own
+// token, and runs the instances placed on its chassis in VM helpers. It is a
+// client of the Kubernetes API only: it never imports the operator's
+// controllers or webhooks, and what it may write is policed by agent.scope.
+package agent
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+)
+
+// Labels and taints the agent sets when it creates its Node. The operator
+// owns macrack.io/ taints and the tenant label afterwards.
+const (
+	SerialLabel = "macrack.io/serial"
+	ClassLabel  = "macrack.io/class"
+	UnleasedKey = "macrack.io/unleased"
+	// VMResource is the Node's capacity in macOS VMs: the class's
+	// vmCapacity, never above the kernel's two.
+	VMResource corev1.ResourceName = "macrack.io/macos-vm"
+)
+
+// Register creates the chassis' Node, or adopts the one that exists: an
+// existing Node is never deleted or recreated, and its taints are never
+// touched after creation. It returns the MacNode it registered for.
+func Register(ctx context.Context, c client.Client, nodeName string) (*fleetv1alpha1.MacNode, error) {
+	mn := &fleetv1alpha1.MacNode{}
+	if err := c.Get(ctx, client.ObjectKey{Name: nodeName}, mn); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: no MacNode %s", ErrNotEnrolled, nodeName)
+		}
+		return nil, fmt.Errorf("getting MacNode %s: %w", nodeName, err)
+	}
+	class := &fleetv1alpha1.MacNodeClass{}
+	if err := c.Get(ctx, client.ObjectKey{Name: mn.Spec.NodeClassName}, class); err != nil {
+		return nil, fmt.Errorf("getting MacNodeClass %s: %w", mn.Spec.NodeClassName, err)
+	}
+	capacity := *resource.NewQuantity(int64(min(class.Spec.VMCapacity, 2)), resource.DecimalSI)
+
+	node := &corev1.Node{}
+	err := c.Get(ctx, client.ObjectKey{Name: nodeName}, node)
+	switch {
+	case apierrors.IsNotFound(err):
+		node = &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{
+				SerialLabel: mn.Spec.Serial, ClassLabel: mn.Spec.NodeClassName,
+			}},
+			Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: UnleasedKey, Effect: corev1.TaintEffectNoSchedule}}},
+			Status: corev1.NodeStatus{
+				Capacity:    corev1.ResourceList{VMResource: capacity},
+				Allocatable: corev1.ResourceList{VMResource: capacity},
+			},
+		}
+		if err := c.Create(ctx, node); err != nil {
+			return nil, fmt.Errorf("creating Node %s: %w", nodeName, err)
+		}
+		return mn, nil
+	case err != nil:
+		return nil, fmt.Errorf("getting Node %s: %w", nodeName, err)
+	}
+	// Adopt: only the capacity is the agent's to correct.
+	have := node.Status.Capacity[VMResource]
+	haveAlloc := node.Status.Allocatable[VMResource]
+	if have.Cmp(capacity) == 0 && haveAlloc.Cmp(capacity) == 0 {
+		return mn, nil
+	}
+	updated := node.DeepCopy()
+	if updated.Status.Capacity == nil {
+		updated.Status.Capacity = corev1.ResourceList{}
+	}
+	if updated.Status.Allocatable == nil {
+		updated.Status.Allocatable = corev1.ResourceList{}
+	}
+	updated.Status.Capacity[VMResource] = capacity
+	updated.Status.Allocatable[VMResource] = capacity
+	if err := c.Status().Patch(ctx, updated, client.MergeFrom(node)); err != nil {
+		return nil, fmt.Errorf("advertising capacity on Node %s: %w", nodeName, err)
+	}
+	return mn, nil
+}

@@ -1,0 +1,416 @@
+// Package placement places a lease's instances on its chassis. It reconciles
+// one MacNode at a time: it frees the slots of instances that no longer
+// exist, claims a slot in MacNode.status.slots for each waiting instance of
+// the bound lease (optimistic concurrency; at most the class's capacity,
+// never more than two), asks the policies before each placement, then sets
+// the instance's status.nodeName. It also keeps one placeholder Pod per
+// running instance, so that the Node shows its macOS VMs as allocated.
+package placement
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/conditions"
+	"github.com/boualleiguie/macrack-operator/internal/index"
+	"github.com/boualleiguie/macrack-operator/internal/inventory"
+	"github.com/boualleiguie/macrack-operator/internal/policy"
+	"github.com/boualleiguie/macrack-operator/internal/taints"
+)
+
+// +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances,verbs=get;list;watch
+// +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=leasing.macrack.io,resources=macnodeleases,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
+
+// Placeholder pods and their labels.
+const (
+	// VMResource is the extended resource one macOS VM takes on a Node.
+	VMResource corev1.ResourceName = "macrack.io/macos-vm"
+	// InstanceUIDLabel names, on a placeholder Pod, the instance it stands for.
+	InstanceUIDLabel = "macrack.io/instance-uid"
+	// PlaceholderLabel marks the operator's placeholder Pods.
+	PlaceholderLabel = "macrack.io/placeholder"
+	// PlaceholderImage is never pulled: no kubelet runs these Pods.
+	PlaceholderImage = "registry.k8s.io/pause:3.10"
+)
+
+// Reconciler places instances on one MacNode at a time.
+type Reconciler struct {
+	Client   client.Client
+	Engine   *policy.Engine
+	Clock    clock.PassiveClock
+	Recorder events.EventRecorder
+	Params   policy.Params
+	Identity string
+	// Namespace holds the placeholder Pods (the operator's own).
+	Namespace string
+}
+
+// SetupWithManager registers the controller and its watches.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&fleetv1alpha1.MacNode{}).
+		Named("placement").
+		Watches(&computev1alpha1.MacOSInstance{}, handler.EnqueueRequestsFromMapFunc(r.nodeOfInstance)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(nodeOfPod)).
+		Complete(r)
+}
+
+// nodeOfInstance maps an instance to the chassis it is on, or, unplaced, to
+// the chassis its lease holds.
+func (r *Reconciler) nodeOfInstance(ctx context.Context, obj client.Object) []reconcile.Request {
+	i := obj.(*computev1alpha1.MacOSInstance)
+	if i.Status.NodeName != "" {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: i.Status.NodeName}}}
+	}
+	l := &leasingv1alpha1.MacNodeLease{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: i.Namespace, Name: i.Spec.LeaseName}, l); err != nil || l.Status.NodeName == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: l.Status.NodeName}}}
+}
+
+func nodeOfPod(_ context.Context, obj client.Object) []reconcile.Request {
+	if obj.GetLabels()[PlaceholderLabel] != "true" || obj.(*corev1.Pod).Spec.NodeName == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: obj.(*corev1.Pod).Spec.NodeName}}}
+}
+
+// Reconcile frees dead slots, places waiting instances, and keeps the
+// placeholder Pods.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	mn := &fleetv1alpha1.MacNode{}
+	if err := r.Client.Get(ctx, req.NamespacedName, mn); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	placed := &computev1alpha1.MacOSInstanceList{}
+	if err := r.Client.List(ctx, placed, client.MatchingFields{index.InstanceByNode: mn.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing instances on %s: %w", mn.Name, err)
+	}
+	var waiting []computev1alpha1.MacOSInstance
+	if b := mn.Status.Binding; b != nil && (mn.Status.Phase == fleetv1alpha1.MacNodeLeased) {
+		ofLease := &computev1alpha1.MacOSInstanceList{}
+		if err := r.Client.List(ctx, ofLease, client.InNamespace(b.LeaseNamespace),
+			client.MatchingFields{index.InstanceByLease: index.LeaseKey(b.LeaseNamespace, b.LeaseName)}); err != nil {
+			return ctrl.Result{}, fmt.Errorf("listing instances of %s/%s: %w", b.LeaseNamespace, b.LeaseName, err)
+		}
+		for _, i := range ofLease.Items {
+			if i.Status.NodeName == "" && i.DeletionTimestamp.IsZero() {
+				waiting = append(waiting, i)
+			}
+		}
+	}
+	if err := r.reconcileSlots(ctx, mn, placed.Items, waiting); err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{Requeue: true}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, r.reconcilePlaceholders(ctx, mn, placed.Items)
+}
+
+// reconcileSlots writes the MacNode's slots once: live slots kept, dead
+// ones dropped, new claims added; then it places the claimed instances.
+func (r *Reconciler) reconcileSlots(ctx context.Context, mn *fleetv1alpha1.MacNode, placed, waiting []computev1alpha1.MacOSInstance) error {
+	log := ctrl.LoggerFrom(ctx)
+	exists := map[types.UID]bool{}
+	for _, i := range placed {
+		exists[i.UID] = true
+	}
+	for _, i := range waiting {
+		exists[i.UID] = true
+	}
+	var slots []fleetv1alpha1.Slot
+	for _, s := range mn.Status.Slots {
+		if exists[s.UID] {
+			slots = append(slots, s)
+		}
+	}
+	hasSlot := map[types.UID]bool{}
+	for _, s := range slots {
+		hasSlot[s.UID] = true
+	}
+
+	capacity := r.capacity(ctx, mn)
+	sort.SliceStable(waiting, func(a, b int) bool {
+		return waiting[a].CreationTimestamp.Before(&waiting[b].CreationTimestamp)
+	})
+	var claims []computev1alpha1.MacOSInstance
+	var refused []refusal
+	for _, inst := range waiting {
+		if hasSlot[inst.UID] {
+			claims = append(claims, inst) // claimed on an earlier pass; the placement was not written yet
+			continue
+		}
+		if len(slots) >= capacity {
+			refused = append(refused, refusal{inst, computev1alpha1.ReasonCapacityExceeded,
+				fmt.Sprintf("chassis %s runs at most %d macOS VMs and all its slots are taken", mn.Spec.Serial, capacity)})
+			continue
+		}
+		if msg, err := r.mayPlace(ctx, mn, &inst); err != nil {
+			return err
+		} else if msg != "" {
+			refused = append(refused, refusal{inst, computev1alpha1.ReasonPolicyDenied, msg})
+			continue
+		}
+		slots = append(slots, fleetv1alpha1.Slot{Namespace: inst.Namespace, Name: inst.Name, UID: inst.UID})
+		hasSlot[inst.UID] = true
+		claims = append(claims, inst)
+	}
+
+	if !sameSlots(slots, mn.Status.Slots) {
+		updated := mn.DeepCopy()
+		updated.Status.Slots = slots
+		d, err := r.decide(ctx, updated, mn, fleetv1alpha1.GroupVersion.WithKind("MacNode"), map[string]any{"nodeClass": r.classMap(ctx, mn)})
+		if err != nil {
+			return err
+		}
+		if !d.Allowed() {
+			return fmt.Errorf("claiming slots on %s refused: %s", mn.Name, d.Violations[0].Message)
+		}
+		// A full update with the read resourceVersion: of two writers, the
+		// second fails and retries against the new slots.
+		if err := r.Client.Status().Update(ctx, updated); err != nil {
+			return fmt.Errorf("claiming slots on %s: %w", mn.Name, err)
+		}
+		log.Info("Slots claimed", "MacNode", mn.Name, "slots", len(slots))
+	}
+
+	for i := range claims {
+		if err := r.place(ctx, mn, &claims[i]); err != nil {
+			return err
+		}
+	}
+	for _, ref := range refused {
+		if err := r.setPlaced(ctx, &ref.inst, conditions.False(computev1alpha1.ConditionPlaced, ref.reason, ref.message)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type refusal struct {
+	inst            computev1alpha1.MacOSInstance
+	reason, message string
+}
+
+// mayPlace asks instance.cap and instance.tenant about the placement.
+func (r *Reconciler) mayPlace(ctx context.Context, mn *fleetv1alpha1.MacNode, inst *computev1alpha1.MacOSInstance) (string, error) {
+	to := inst.DeepCopy()
+	to.Status.NodeName = mn.Name
+	newMap, err := inventory.ToMap(to)
+	if err != nil {
+		return "", err
+	}
+	inv, err := inventory.Builder{Reader: r.Client}.For(ctx, computev1alpha1.GroupVersion.WithKind("MacOSInstance").GroupKind(), newMap, nil)
+	if err != nil {
+		return "", err
+	}
+	d, err := r.decide(ctx, to, inst, computev1alpha1.GroupVersion.WithKind("MacOSInstance"), inv)
+	if err != nil || d.Allowed() {
+		return "", err
+	}
+	msgs := make([]string, len(d.Violations))
+	for i, v := range d.Violations {
+		msgs[i] = v.Message
+	}
+	return strings.Join(msgs, "; "), nil
+}
+
+// place sets status.nodeName and Placed=True on an instance holding a slot.
+func (r *Reconciler) place(ctx context.Context, mn *fleetv1alpha1.MacNode, inst *computev1alpha1.MacOSInstance) error {
+	before := inst.DeepCopy()
+	inst.Status.NodeName = mn.Name
+	conditions.Set(&inst.Status.Conditions, conditions.True(computev1alpha1.ConditionPlaced, computev1alpha1.ReasonPlaced,
+		fmt.Sprintf("a slot on chassis %s (%s) is this instance's", mn.Spec.Serial, mn.Name)), inst.Generation, metav1.NewTime(r.Clock.Now()))
+	if err := r.Client.Status().Patch(ctx, inst, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("placing %s/%s on %s: %w", inst.Namespace, inst.Name, mn.Name, err)
+	}
+	r.Recorder.Eventf(inst, mn, corev1.EventTypeNormal, "Placed", "Place", "Placed on chassis %s (%s)", mn.Spec.Serial, mn.Name)
+	return nil
+}
+
+func (r *Reconciler) setPlaced(ctx context.Context, inst *computev1alpha1.MacOSInstance, c metav1.Condition) error {
+	before := inst.DeepCopy()
+	if !conditions.Set(&inst.Status.Conditions, c, inst.Generation, metav1.NewTime(r.Clock.Now())) &&
+		before.Status.Conditions != nil && conditionMessage(before, c.Type) == c.Message {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, inst, client.MergeFrom(before)); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	r.Recorder.Eventf(inst, nil, corev1.EventTypeWarning, c.Reason, "Place", "%s", c.Message)
+	return nil
+}
+
+func conditionMessage(i *computev1alpha1.MacOSInstance, t string) string {
+	for _, c := range i.Status.Conditions {
+		if c.Type == t {
+			return c.Message
+		}
+	}
+	return ""
+}
+
+// capacity is the class's vmCapacity, never above two.
+func (r *Reconciler) capacity(ctx context.Context, mn *fleetv1alpha1.MacNode) int {
+	class := &fleetv1alpha1.MacNodeClass{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: mn.Spec.NodeClassName}, class); err != nil {
+		return 0 // an unknown class places nothing
+	}
+	return min(int(class.Spec.VMCapacity), 2)
+}
+
+func (r *Reconciler) classMap(ctx context.Context, mn *fleetv1alpha1.MacNode) map[string]any {
+	class := &fleetv1alpha1.MacNodeClass{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: mn.Spec.NodeClassName}, class); err != nil {
+		return nil
+	}
+	m, _ := inventory.ToMap(class)
+	return m
+}
+
+func (r *Reconciler) decide(ctx context.Context, obj, old client.Object, gvk schema.GroupVersionKind, inv map[string]any) (policy.Decision, error) {
+	newMap, err := inventory.ToMap(obj)
+	if err != nil {
+		return policy.Decision{}, err
+	}
+	oldMap, err := inventory.ToMap(old)
+	if err != nil {
+		return policy.Decision{}, err
+	}
+	d, err := r.Engine.Decide(ctx, policy.Input{
+		Object: newMap, OldObject: oldMap,
+		Request: policy.Request{Operation: "UPDATE", Kind: gvk, SubResource: "status", UserInfo: policy.UserInfo{Username: r.Identity}},
+		Params:  r.Params, Now: r.Clock.Now(), Inventory: inv,
+	})
+	if err != nil {
+		return d, fmt.Errorf("asking the policy about %s: %w", obj.GetName(), err)
+	}
+	return d, nil
+}
+
+func sameSlots(a, b []fleetv1alpha1.Slot) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// reconcilePlaceholders keeps one Pod per running instance on this node,
+// requesting one macrack.io/macos-vm, and deletes the rest. No garbage
+// collector may run, so the operator deletes them itself.
+func (r *Reconciler) reconcilePlaceholders(ctx context.Context, mn *fleetv1alpha1.MacNode, placed []computev1alpha1.MacOSInstance) error {
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(r.Namespace), client.MatchingLabels{PlaceholderLabel: "true"}); err != nil {
+		return fmt.Errorf("listing placeholder pods: %w", err)
+	}
+	want := map[string]*computev1alpha1.MacOSInstance{}
+	for i := range placed {
+		inst := &placed[i]
+		if inst.Status.NodeName == mn.Name && running(inst) && hasSlot(mn, inst.UID) {
+			want[string(inst.UID)] = inst
+		}
+	}
+	have := map[string]bool{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Spec.NodeName != mn.Name {
+			continue
+		}
+		uid := p.Labels[InstanceUIDLabel]
+		if want[uid] == nil {
+			if err := r.Client.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("deleting placeholder %s: %w", p.Name, err)
+			}
+			continue
+		}
+		have[uid] = true
+	}
+	for uid, inst := range want {
+		if have[uid] {
+			continue
+		}
+		if err := r.Client.Create(ctx, placeholder(r.Namespace, mn.Name, inst)); client.IgnoreAlreadyExists(err) != nil {
+			return fmt.Errorf("creating the placeholder of %s/%s: %w", inst.Namespace, inst.Name, err)
+		}
+	}
+	return nil
+}
+
+// running: the VM is up, or on its way, as the agent reports it.
+func running(i *computev1alpha1.MacOSInstance) bool {
+	if i.Status.Runtime == nil {
+		return false
+	}
+	switch i.Status.Runtime.Phase {
+	case computev1alpha1.VMStarting, computev1alpha1.VMRunning, computev1alpha1.VMStopping:
+		return true
+	}
+	return false
+}
+
+func hasSlot(mn *fleetv1alpha1.MacNode, uid types.UID) bool {
+	for _, s := range mn.Status.Slots {
+		if s.UID == uid {
+			return true
+		}
+	}
+	return false
+}
+
+func placeholder(namespace, node string, inst *computev1alpha1.MacOSInstance) *corev1.Pod {
+	one := resource.MustParse("1")
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      "vm-" + string(inst.UID),
+			Namespace: namespace,
+			Labels:    map[string]string{PlaceholderLabel: "true", InstanceUIDLabel: string(inst.UID)},
+			Annotations: map[string]string{
+				"macrack.io/instance": inst.Namespace + "/" + inst.Name,
+			},
+		},
+		Spec: corev1.PodSpec{
+			NodeName: node,
+			Containers: []corev1.Container{{
+				Name:  "macos-vm",
+				Image: PlaceholderImage,
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{VMResource: one},
+					Limits:   corev1.ResourceList{VMResource: one},
+				},
+			}},
+			Tolerations: []corev1.Toleration{
+				{Key: taints.LeasedKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+				{Key: taints.UnleasedKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+			},
+		},
+	}
+}
