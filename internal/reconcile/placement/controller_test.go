@@ -1,0 +1,152 @@
+package placement
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/index"
+	"github.com/boualleiguie/macrack-operator/internal/policy"
+	"github.com/boualleiguie/macrack-operator/policies"
+)
+
+var t0 = time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+
+func setup(t *testing.T, vms int32, objs ...client.Object) (*Reconciler, client.Client) {
+	t.Helper()
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, fleetv1alpha1.AddToScheme, leasingv1alpha1.AddToScheme, computev1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	engine, err := policy.Load(context.Background(), policies.FS, policy.WithTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	class := &fleetv1alpha1.MacNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "m4"},
+		Spec: fleetv1alpha1.MacNodeClassSpec{Chip: "M4", Memory: resource.MustParse("16Gi"), Disk: resource.MustParse("1T"), NetworkGbps: 10, VMCapacity: vms}}
+	lease := &leasingv1alpha1.MacNodeLease{ObjectMeta: metav1.ObjectMeta{Name: "l", Namespace: "t", UID: "lease-uid"},
+		Spec:   leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: "m4", MinimumDuration: "24h"},
+		Status: leasingv1alpha1.MacNodeLeaseStatus{Phase: leasingv1alpha1.LeaseBound, NodeName: "c02a", Serial: "C02A"}}
+	mn := &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: "c02a"},
+		Spec: fleetv1alpha1.MacNodeSpec{Serial: "C02A", NodeClassName: "m4"},
+		Status: fleetv1alpha1.MacNodeStatus{Phase: fleetv1alpha1.MacNodeLeased, Binding: &fleetv1alpha1.Binding{
+			LeaseNamespace: "t", LeaseName: "l", LeaseUID: "lease-uid", BoundAt: metav1.NewTime(t0), EarliestReleaseAt: metav1.NewTime(t0.Add(24 * time.Hour))}}}
+	b := fake.NewClientBuilder().WithScheme(s).WithObjects(append([]client.Object{class, lease, mn}, objs...)...).
+		WithStatusSubresource(&fleetv1alpha1.MacNode{}, &computev1alpha1.MacOSInstance{})
+	for _, ix := range index.Definitions() {
+		b = b.WithIndex(ix.Object, ix.Name, ix.Value)
+	}
+	c := b.Build()
+	return &Reconciler{Client: c, Engine: engine, Clock: clocktesting.NewFakeClock(t0), Recorder: events.NewFakeRecorder(100),
+		Params: policy.Params{AgentsNamespace: "macrack-agents"}, Identity: "operator", Namespace: "macrack-system"}, c
+}
+
+func instance(name string, created time.Duration) *computev1alpha1.MacOSInstance {
+	return &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "t", UID: types.UID("uid-" + name),
+		CreationTimestamp: metav1.NewTime(t0.Add(created))},
+		Spec: computev1alpha1.MacOSInstanceSpec{LeaseName: "l", ImageName: "img", CPU: 4}}
+}
+
+func reconcileNode(t *testing.T, r *Reconciler) {
+	t.Helper()
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Name: "c02a"}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func get(t *testing.T, c client.Client, name string) *computev1alpha1.MacOSInstance {
+	t.Helper()
+	i := &computev1alpha1.MacOSInstance{}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: "t", Name: name}, i); err != nil {
+		t.Fatal(err)
+	}
+	return i
+}
+
+func TestThreeWaitingInstancesGetTwoSlotsOldestFirst(t *testing.T) {
+	r, c := setup(t, 2, instance("third", 3*time.Second), instance("first", time.Second), instance("second", 2*time.Second))
+	reconcileNode(t, r)
+	mn := &fleetv1alpha1.MacNode{}
+	_ = c.Get(context.Background(), types.NamespacedName{Name: "c02a"}, mn)
+	if len(mn.Status.Slots) != 2 || mn.Status.Slots[0].Name != "first" || mn.Status.Slots[1].Name != "second" {
+		t.Fatalf("want slots for first and second, got %+v", mn.Status.Slots)
+	}
+	for _, n := range []string{"first", "second"} {
+		if got := get(t, c, n).Status.NodeName; got != "c02a" {
+			t.Fatalf("%s not placed: %q", n, got)
+		}
+	}
+	third := get(t, c, "third")
+	if third.Status.NodeName != "" {
+		t.Fatal("a third instance was placed")
+	}
+	if len(third.Status.Conditions) != 1 || third.Status.Conditions[0].Reason != computev1alpha1.ReasonCapacityExceeded {
+		t.Fatalf("want Placed=False CapacityExceeded, got %+v", third.Status.Conditions)
+	}
+}
+
+func TestAOneVMClassPlacesOne(t *testing.T) {
+	r, c := setup(t, 1, instance("first", time.Second), instance("second", 2*time.Second))
+	reconcileNode(t, r)
+	if get(t, c, "second").Status.NodeName != "" || get(t, c, "first").Status.NodeName == "" {
+		t.Fatal("want exactly the first placed on a one-VM class")
+	}
+}
+
+func TestASlotIsFreedWhenItsInstanceIsGoneAndTheNextIsPlaced(t *testing.T) {
+	r, c := setup(t, 2, instance("a", time.Second), instance("b", 2*time.Second), instance("c", 3*time.Second))
+	reconcileNode(t, r)
+	if err := c.Delete(context.Background(), get(t, c, "a")); err != nil {
+		t.Fatal(err)
+	}
+	reconcileNode(t, r)
+	if got := get(t, c, "c").Status.NodeName; got != "c02a" {
+		t.Fatalf("the freed slot went nowhere; c is on %q", got)
+	}
+}
+
+func TestAPlaceholderPodStandsForEachRunningInstance(t *testing.T) {
+	r, c := setup(t, 2, instance("a", time.Second), instance("b", 2*time.Second))
+	reconcileNode(t, r)
+	a := get(t, c, "a")
+	a.Status.Runtime = &computev1alpha1.RuntimeStatus{Phase: computev1alpha1.VMRunning}
+	if err := c.Status().Update(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	reconcileNode(t, r)
+	pods := &corev1.PodList{}
+	_ = c.List(context.Background(), pods, client.InNamespace("macrack-system"))
+	if len(pods.Items) != 1 || pods.Items[0].Spec.NodeName != "c02a" || pods.Items[0].Labels[InstanceUIDLabel] != "uid-a" {
+		t.Fatalf("want one placeholder for a, bound to c02a; got %+v", pods.Items)
+	}
+	q := pods.Items[0].Spec.Containers[0].Resources.Requests[VMResource]
+	if q.Value() != 1 {
+		t.Fatalf("the placeholder requests %v macOS VMs, want 1", q.String())
+	}
+	// Stopped: the placeholder goes.
+	a = get(t, c, "a")
+	a.Status.Runtime.Phase = computev1alpha1.VMStopped
+	_ = c.Status().Update(context.Background(), a)
+	reconcileNode(t, r)
+	_ = c.List(context.Background(), pods, client.InNamespace("macrack-system"))
+	if len(pods.Items) != 0 {
+		t.Fatalf("a stopped instance keeps its placeholder: %d pods", len(pods.Items))
+	}
+}
