@@ -1,0 +1,35 @@
+package guest
+
+import "errors"
+
+// Sentinel errors. Callers match them with errors.Is. ReadFrame returns
+// only these (or io.EOF before a frame starts, or the transport's own error).
+var (
+	// ErrBadMagic means a frame does not start with the "MRG" magic: the
+	// peer does not speak this protocol at all.
+	ErrBadMagic = errors.New("bad frame magic")
+	// ErrUnsupportedVersion means a frame format version or a protocol
+	// major version this side does not speak.
+	ErrUnsupportedVersion = errors.New("unsupported version")
+	// ErrUnknownType means a frame names a message type this side does not know.
+	ErrUnknownType = errors.New("unknown message type")
+	// ErrFrameTooLarge means a payload over MaxPayloadSize, refused before
+	// it is read or allocated.
+	ErrFrameTooLarge = errors.New("frame too large")
+	// ErrTruncated means the stream ended inside a frame.
+	ErrTruncated = errors.New("truncated frame")
+	// ErrMalformed means a frame or payload that is not what the protocol
+	// says: empty, not a JSON object, or not the message its type names.
+	ErrMalformed = errors.New("malformed frame")
+	// ErrUnexpectedMessage means a well-formed message out of turn, such as
+	// a Report before the handshake.
+	ErrUnexpectedMessage = errors.New("unexpected message")
+	// ErrRemote means the peer answered with an Error message.
+	ErrRemote = errors.New("peer reported an error")
+	// ErrClosed means a Client that was closed, or closed itself after a
+	// failure that left the stream in an unknown state.
+	ErrClosed = errors.New("guest client closed")
+	// ErrBadTransition means a boot stage change that goes backwards or
+	// names no stage.
+	ErrBadTransition = errors.New("bad boot stage transition")
+)

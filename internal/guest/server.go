@@ -1,0 +1,300 @@
+package guest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
+)
+
+// Server defaults, used when a ServerOptions field is zero.
+const (
+	DefaultHandshakeTimeout = 10 * time.Second
+	// DefaultIdleTimeout bounds the wait for the next ReportRequest, so a
+	// host that went away silently does not hold a goroutine forever. The
+	// host polls well within it.
+	DefaultIdleTimeout   = 2 * time.Minute
+	DefaultWriteTimeout  = 10 * time.Second
+	DefaultReportTimeout = 10 * time.Second
+)
+
+// Accept retry backoff bounds.
+const (
+	minAcceptBackoff = 5 * time.Millisecond
+	maxAcceptBackoff = time.Second
+)
+
+// ServerOptions configure a Server. Zero fields take the defaults.
+type ServerOptions struct {
+	// AgentVersion is sent in HelloAck.
+	AgentVersion string
+	// HandshakeTimeout bounds the wait for Hello after accepting.
+	HandshakeTimeout time.Duration
+	// IdleTimeout bounds the wait for each following request.
+	IdleTimeout time.Duration
+	// WriteTimeout bounds each answer's write.
+	WriteTimeout time.Duration
+	// ReportTimeout bounds each Reporter call.
+	ReportTimeout time.Duration
+	// Clock times the backoff after a failed Accept; the real clock if nil.
+	// Connection deadlines use the wall clock whatever this is: the
+	// runtime's poller enforces them against it.
+	Clock clock.Clock
+}
+
+// Server is the guest side: it answers the host's handshake and report
+// requests on every connection a listener accepts.
+type Server struct {
+	reporter Reporter
+	log      logr.Logger
+	opts     ServerOptions
+}
+
+// NewServer returns a Server answering ReportRequests with reporter.
+func NewServer(reporter Reporter, log logr.Logger, opts ServerOptions) *Server {
+	if opts.HandshakeTimeout <= 0 {
+		opts.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
+	}
+	if opts.ReportTimeout <= 0 {
+		opts.ReportTimeout = DefaultReportTimeout
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	return &Server{reporter: reporter, log: log, opts: opts}
+}
+
+// Serve accepts connections on l and serves each in its own goroutine until
+// ctx is done, then closes l and every open connection, waits for their
+// goroutines, and returns nil. It owns l: it closes it whenever it returns.
+// If l is closed under it, Serve returns an error wrapping net.ErrClosed; any
+// other Accept failure (such as running out of file descriptors) is logged
+// and retried after a backoff, since the agent has nothing better to do.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		l.Close()
+		wg.Wait()
+	}()
+	stop := context.AfterFunc(ctx, func() { l.Close() })
+	defer stop()
+
+	var backoff time.Duration
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("accepting guest connections on %s: %w", l.Addr(), err)
+			}
+			backoff = min(max(2*backoff, minAcceptBackoff), maxAcceptBackoff)
+			s.log.Error(err, "Accepting a connection failed; retrying", "backoff", backoff)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-s.opts.Clock.After(backoff):
+			}
+			continue
+		}
+		backoff = 0
+		wg.Go(func() { s.serveConn(ctx, conn) })
+	}
+}
+
+// serveConn runs one connection: handshake, then one Report per
+// ReportRequest. Any fault closes this connection only.
+func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
+	log := s.log.WithValues("remoteAddr", conn.RemoteAddr().String())
+	defer conn.Close()
+	// Closing the conn is what interrupts a blocked read on shutdown.
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	log.V(1).Info("Connection accepted")
+
+	hello, err := s.readHello(conn)
+	if err != nil {
+		s.readFailed(ctx, log, conn, err)
+		return
+	}
+	log.V(1).Info("Host shook hands", "protocolVersion", hello.ProtocolVersion)
+	if err := s.write(conn, HelloAck{ProtocolVersion: ProtocolVersion, AgentVersion: s.opts.AgentVersion}); err != nil {
+		s.writeFailed(ctx, log, err)
+		return
+	}
+	for {
+		if err := s.readReportRequest(conn); err != nil {
+			s.readFailed(ctx, log, conn, err)
+			return
+		}
+		if err := s.answerReport(ctx, log, conn); err != nil {
+			s.writeFailed(ctx, log, err)
+			return
+		}
+	}
+}
+
+// readHello reads the host's Hello and checks its protocol version.
+func (s *Server) readHello(conn net.Conn) (Hello, error) {
+	if err := conn.SetReadDeadline(time.Now().Add(s.opts.HandshakeTimeout)); err != nil {
+		return Hello{}, fmt.Errorf("setting the handshake deadline: %w", err)
+	}
+	m, err := ReadMessage(conn)
+	if err != nil {
+		return Hello{}, err
+	}
+	hello, ok := m.(Hello)
+	if !ok {
+		return Hello{}, fmt.Errorf("%w: %s before Hello", ErrUnexpectedMessage, m.Type())
+	}
+	if err := compatible(ProtocolVersion, hello.ProtocolVersion); err != nil {
+		return Hello{}, fmt.Errorf("host Hello: %w", err)
+	}
+	return hello, nil
+}
+
+// readReportRequest waits up to the idle timeout for the next request.
+func (s *Server) readReportRequest(conn net.Conn) error {
+	if err := conn.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout)); err != nil {
+		return fmt.Errorf("setting the idle deadline: %w", err)
+	}
+	m, err := ReadMessage(conn)
+	if err != nil {
+		return err
+	}
+	if _, ok := m.(ReportRequest); !ok {
+		return fmt.Errorf("%w: %s after the handshake", ErrUnexpectedMessage, m.Type())
+	}
+	return nil
+}
+
+// answerReport calls the Reporter and writes its Report, or an Error with
+// CodeReportFailed that keeps the connection open.
+func (s *Server) answerReport(ctx context.Context, log logr.Logger, conn net.Conn) error {
+	rctx, cancel := context.WithTimeout(ctx, s.opts.ReportTimeout)
+	defer cancel()
+	r, err := s.reporter.Report(rctx)
+	if err == nil {
+		// Encoding first turns a Report we cannot send into an Error the
+		// host can read, rather than a dropped connection.
+		var f Frame
+		if f, err = Encode(r); err == nil {
+			return s.writeFrame(conn, f)
+		}
+	}
+	log.Error(err, "Building a report failed")
+	return s.write(conn, errorMessage(CodeReportFailed, err))
+}
+
+func (s *Server) write(conn net.Conn, m Message) error {
+	f, err := Encode(m)
+	if err != nil {
+		return err
+	}
+	return s.writeFrame(conn, f)
+}
+
+func (s *Server) writeFrame(conn net.Conn, f Frame) error {
+	if err := conn.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout)); err != nil {
+		return fmt.Errorf("setting a write deadline: %w", err)
+	}
+	return WriteFrame(conn, f)
+}
+
+// maxErrorMessage bounds an Error's message, so that it always fits a frame.
+const maxErrorMessage = 1 << 10
+
+// errorMessage is the Error telling the peer about err.
+func errorMessage(code string, err error) Error {
+	msg := err.Error()
+	if len(msg) > maxErrorMessage {
+		msg = strings.ToValidUTF8(msg[:maxErrorMessage], "") + "…"
+	}
+	return Error{Code: code, Message: msg}
+}
+
+// readFailed logs why reading from the peer failed and, if the peer broke
+// the protocol, tells it why in an Error frame; the caller then closes.
+func (s *Server) readFailed(ctx context.Context, log logr.Logger, conn net.Conn, err error) {
+	code := errorCode(err)
+	switch {
+	case ctx.Err() != nil:
+		log.V(1).Info("Connection closed on shutdown")
+	case errors.Is(err, io.EOF):
+		log.V(1).Info("Connection closed by the peer")
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		log.Info("Closing a silent connection", "reason", err.Error())
+	case code == "":
+		log.Info("Reading from the connection failed", "reason", err.Error())
+	default:
+		log.Error(err, "Closing a connection that broke the protocol", "code", code)
+		// Best effort: the peer may be gone or not reading.
+		if werr := s.write(conn, errorMessage(code, err)); werr != nil {
+			log.V(1).Info("Sending an error frame failed", "reason", werr.Error())
+			return
+		}
+		linger(conn)
+	}
+}
+
+// Bounds of the lingering close after an Error frame.
+const (
+	lingerTimeout  = 500 * time.Millisecond
+	lingerMaxBytes = 2 * (HeaderSize + MaxPayloadSize)
+)
+
+// linger gives the peer a moment to read our Error frame before the
+// connection closes. Closing a socket with unread input resets it, and a
+// reset can discard the Error before the peer reads it; so signal the end
+// of our output where the transport can, then drain a bounded amount of
+// input until the peer closes or the short deadline passes.
+func linger(conn net.Conn) {
+	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	if err := conn.SetReadDeadline(time.Now().Add(lingerTimeout)); err != nil {
+		return
+	}
+	_, _ = io.CopyN(io.Discard, conn, lingerMaxBytes)
+}
+
+// writeFailed logs a failed answer; the caller then closes.
+func (s *Server) writeFailed(ctx context.Context, log logr.Logger, err error) {
+	if ctx.Err() != nil {
+		log.V(1).Info("Connection closed on shutdown")
+		return
+	}
+	log.Info("Writing an answer failed", "reason", err.Error())
+}
+
+// errorCode is the Error code telling a peer how it broke the protocol, or
+// "" for a failure that is not its fault.
+func errorCode(err error) string {
+	switch {
+	case errors.Is(err, ErrUnsupportedVersion):
+		return CodeUnsupportedVersion
+	case errors.Is(err, ErrUnexpectedMessage):
+		return CodeUnexpectedMessage
+	case errors.Is(err, ErrBadMagic), errors.Is(err, ErrUnknownType), errors.Is(err, ErrFrameTooLarge),
+		errors.Is(err, ErrTruncated), errors.Is(err, ErrMalformed):
+		return CodeMalformed
+	}
+	return ""
+}
