@@ -1,0 +1,134 @@
+// Command vm-helper runs one macOS VM in its own process, the process
+// Virtualization.framework ties the VM to, and serves it to the host agent
+// over a Unix socket (see internal/agent/helper). The agent can restart
+// without stopping the VM. On SIGTERM or SIGINT the helper stops the VM
+// gracefully and exits.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/boualleiguie/macrack-operator/internal/agent/driver"
+	"github.com/boualleiguie/macrack-operator/internal/agent/driver/sim"
+	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
+)
+
+// options are the helper's command-line settings.
+type options struct {
+	socket      string
+	driver      string
+	stateDir    string
+	instanceUID string
+	specPath    string
+	pidFile     string
+	stopGrace   time.Duration
+
+	simBootTime       time.Duration
+	simShutdownTime   time.Duration
+	simIgnoreShutdown bool
+}
+
+func main() {
+	var opts options
+	fs := flag.CommandLine
+	fs.StringVar(&opts.socket, "socket", "", "The Unix socket to serve the agent on.")
+	fs.StringVar(&opts.driver, "driver", "sim", "The VM driver: sim, or vz (macOS on Apple silicon only).")
+	fs.StringVar(&opts.stateDir, "state-dir", "", "The sim kernel's state directory, shared by all helpers of the host (sim driver).")
+	fs.StringVar(&opts.instanceUID, "instance-uid", "", "The UID of the MacOSInstance this helper runs.")
+	fs.StringVar(&opts.specPath, "spec", "", "The VM spec (JSON) written by the agent's launcher.")
+	fs.StringVar(&opts.pidFile, "pid-file", "", "Where to write this process's pid, for the agent to find it after a restart.")
+	fs.DurationVar(&opts.stopGrace, "stop-grace", 30*time.Second, "How long the guest gets to shut down on SIGTERM before the VM is forced off.")
+	fs.DurationVar(&opts.simBootTime, "sim-boot-time", sim.DefaultBootTime, "How long a sim VM takes to boot.")
+	fs.DurationVar(&opts.simShutdownTime, "sim-shutdown-time", sim.DefaultShutdownTime, "How long a sim guest takes to shut down.")
+	fs.BoolVar(&opts.simIgnoreShutdown, "sim-guest-ignores-shutdown", false, "Make the sim guest ignore shutdown requests.")
+	zapOpts := zap.Options{Development: false}
+	zapOpts.BindFlags(fs)
+	flag.Parse()
+
+	log := zap.New(zap.UseFlagOptions(&zapOpts)).WithValues("instanceUID", opts.instanceUID)
+	if err := run(log, opts); err != nil {
+		log.Error(err, "Helper stopped")
+		os.Exit(1)
+	}
+}
+
+func run(log logr.Logger, opts options) error {
+	if opts.socket == "" || opts.instanceUID == "" || opts.specPath == "" {
+		return errors.New("--socket, --instance-uid and --spec are required")
+	}
+	spec, err := helper.ReadSpecFile(opts.specPath)
+	if err != nil {
+		return err
+	}
+	if spec.UID != opts.instanceUID {
+		return fmt.Errorf("the spec is for instance %q, not %q", spec.UID, opts.instanceUID)
+	}
+	drv, err := newDriver(log, opts)
+	if err != nil {
+		return err
+	}
+	srv, err := helper.NewServer(drv, spec, helper.WithServerLogger(log))
+	if err != nil {
+		return err
+	}
+	// Listening first: it fails if a live helper serves the socket, whose
+	// pid file must then stay. The launcher waits for the pid file too.
+	ln, err := helper.Listen(opts.socket)
+	if err != nil {
+		return err
+	}
+	if opts.pidFile != "" {
+		if err := os.WriteFile(opts.pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
+			ln.Close()
+			return fmt.Errorf("writing pid file: %w", err)
+		}
+		defer os.Remove(opts.pidFile)
+	}
+
+	// The helper runs in its own session; a hangup is not a reason to stop.
+	signal.Ignore(syscall.SIGHUP)
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer cancel()
+	serveErr := srv.Serve(ctx, ln)
+
+	log.Info("Stopping VM before exit", "graceful", opts.stopGrace.String())
+	stopCtx, stopCancel := context.WithTimeout(context.Background(), opts.stopGrace+10*time.Second)
+	defer stopCancel()
+	return errors.Join(serveErr, srv.VM().Stop(stopCtx, opts.stopGrace))
+}
+
+// newDriver builds the driver --driver names.
+func newDriver(log logr.Logger, opts options) (driver.Driver, error) {
+	switch opts.driver {
+	case "sim":
+		if opts.stateDir == "" {
+			return nil, errors.New("the sim driver needs --state-dir, the host's kernel state")
+		}
+		k, err := sim.NewFileKernel(opts.stateDir)
+		if err != nil {
+			return nil, err
+		}
+		simOpts := []sim.Option{
+			sim.WithLogger(log), sim.WithBootTime(opts.simBootTime), sim.WithShutdownTime(opts.simShutdownTime),
+		}
+		if opts.simIgnoreShutdown {
+			simOpts = append(simOpts, sim.WithGuestIgnoringShutdown())
+		}
+		return sim.New(k, simOpts...), nil
+	case "vz":
+		return vzDriver(log)
+	default:
+		return nil, fmt.Errorf("unknown --driver %q: want sim or vz", opts.driver)
+	}
+}

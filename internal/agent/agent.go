@@ -1,0 +1,150 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
+	"github.com/boualleiguie/macrack-operator/internal/guest"
+)
+
+// Config is one host agent's settings.
+type Config struct {
+	// NodeName is the chassis' serial in lower case.
+	NodeName string
+	// AgentsNamespace holds the agent's ServiceAccount.
+	AgentsNamespace string
+	// StateDir holds images, instance disks and helpers' sockets.
+	StateDir string
+	Facts    FactsSource
+	Launcher helper.Launcher
+	// HeartbeatInterval is how often the heartbeat Lease is renewed.
+	HeartbeatInterval time.Duration
+	// FactsInterval is how often the facts are reported again.
+	FactsInterval time.Duration
+	// TokenFile, if set, receives the agent's renewed tokens; the rest
+	// config reads its bearer token from it.
+	TokenFile string
+	TokenTTL  time.Duration
+	// SeedImages makes the sim write a small golden file per MacOSImage.
+	SeedImages bool
+	Clock      clock.WithTicker
+	Log        logr.Logger
+	// NewMachineID makes machine identifiers (RandomMachineID in the sim).
+	NewMachineID func() ([]byte, error)
+}
+
+// Run registers the chassis and runs the agent until ctx ends.
+func Run(ctx context.Context, cfg *rest.Config, c Config) error {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, fleetv1alpha1.AddToScheme, computev1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return err
+		}
+	}
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	if c.TokenFile != "" {
+		renewer := &TokenRenewer{Client: direct, Namespace: c.AgentsNamespace, NodeName: c.NodeName,
+			File: c.TokenFile, TTL: c.TokenTTL, Clock: c.Clock, Log: c.Log.WithName("token")}
+		if err := renewer.Renew(ctx); err != nil {
+			return err
+		}
+		go func() { _ = renewer.Run(ctx) }()
+	}
+	if _, err := Register(ctx, direct, c.NodeName); err != nil {
+		return err
+	}
+	c.Log.Info("Registered", "node", c.NodeName)
+
+	// The cache holds only this chassis' objects: its instances through
+	// the status.nodeName selectable field, its own MacNode and Node.
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Logger:                 c.Log,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptrTrue()},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&computev1alpha1.MacOSInstance{}: {Field: fields.OneTermEqualSelector("status.nodeName", c.NodeName)},
+			&fleetv1alpha1.MacNode{}:         {Field: fields.OneTermEqualSelector("metadata.name", c.NodeName)},
+			&corev1.Node{}:                   {Field: fields.OneTermEqualSelector("metadata.name", c.NodeName)},
+		}},
+	})
+	if err != nil {
+		return fmt.Errorf("creating the agent's manager: %w", err)
+	}
+	inst := &Instances{
+		Client: mgr.GetClient(), NodeName: c.NodeName, Launcher: c.Launcher, Disks: Disks{Root: c.StateDir},
+		Clock: c.Clock, StopGrace: 30 * time.Second, GuestPort: guest.DefaultPort, Poll: 10 * time.Second,
+		NewMachineID: c.NewMachineID,
+	}
+	if err := inst.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	hb := &Heartbeat{Client: direct, NodeName: c.NodeName, Interval: c.HeartbeatInterval, Clock: c.Clock, Log: c.Log.WithName("heartbeat")}
+	go func() { _ = hb.Run(ctx) }()
+	go c.reportFacts(ctx, direct)
+	if c.SeedImages {
+		go c.seedImages(ctx, direct, inst.Disks)
+	}
+	return mgr.Start(ctx)
+}
+
+func (c Config) reportFacts(ctx context.Context, cl client.Client) {
+	for {
+		facts, err := c.Facts.Facts(ctx)
+		if err == nil {
+			err = ReportFacts(ctx, cl, c.NodeName, facts)
+		}
+		if err != nil {
+			c.Log.Error(err, "Reporting facts failed")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.Clock.After(c.FactsInterval):
+		}
+	}
+}
+
+// seedImages writes a small golden file for each MacOSImage, until images
+// are pulled from the central store.
+func (c Config) seedImages(ctx context.Context, cl client.Client, d Disks) {
+	for {
+		images := &fleetv1alpha1.MacOSImageList{}
+		if err := cl.List(ctx, images); err != nil {
+			c.Log.Error(err, "Listing images failed")
+		}
+		for _, img := range images.Items {
+			if err := d.SeedImage(img.Name, 64<<20); err != nil {
+				c.Log.Error(err, "Seeding an image failed", "MacOSImage", img.Name)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.Clock.After(10 * time.Second):
+		}
+	}
+}
+
+func ptrTrue() *bool { t := true; return &t }
