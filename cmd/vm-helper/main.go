@@ -13,15 +13,19 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/boualleiguie/macrack-operator/internal/agent/driver"
 	"github.com/boualleiguie/macrack-operator/internal/agent/driver/sim"
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
+	"github.com/boualleiguie/macrack-operator/internal/agent/simguest"
+	"github.com/boualleiguie/macrack-operator/internal/agent/vmspec"
 )
 
 // options are the helper's command-line settings.
@@ -37,6 +41,7 @@ type options struct {
 	simBootTime       time.Duration
 	simShutdownTime   time.Duration
 	simIgnoreShutdown bool
+	simXcode          string
 }
 
 func main() {
@@ -52,6 +57,7 @@ func main() {
 	fs.DurationVar(&opts.simBootTime, "sim-boot-time", sim.DefaultBootTime, "How long a sim VM takes to boot.")
 	fs.DurationVar(&opts.simShutdownTime, "sim-shutdown-time", sim.DefaultShutdownTime, "How long a sim guest takes to shut down.")
 	fs.BoolVar(&opts.simIgnoreShutdown, "sim-guest-ignores-shutdown", false, "Make the sim guest ignore shutdown requests.")
+	fs.StringVar(&opts.simXcode, "sim-xcode", "16.4", "The Xcode versions the sim guest agent reports, comma-separated; empty for none (never ready for work).")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(fs)
 	flag.Parse()
@@ -74,7 +80,10 @@ func run(log logr.Logger, opts options) error {
 	if spec.UID != opts.instanceUID {
 		return fmt.Errorf("the spec is for instance %q, not %q", spec.UID, opts.instanceUID)
 	}
-	drv, err := newDriver(log, opts)
+	// The sim guest agent serves as long as the helper does.
+	guestCtx, stopGuest := context.WithCancel(context.Background())
+	defer stopGuest()
+	drv, err := newDriver(guestCtx, log, opts, spec)
 	if err != nil {
 		return err
 	}
@@ -109,7 +118,7 @@ func run(log logr.Logger, opts options) error {
 }
 
 // newDriver builds the driver --driver names.
-func newDriver(log logr.Logger, opts options) (driver.Driver, error) {
+func newDriver(ctx context.Context, log logr.Logger, opts options, spec vmspec.VMSpec) (driver.Driver, error) {
 	switch opts.driver {
 	case "sim":
 		if opts.stateDir == "" {
@@ -125,6 +134,13 @@ func newDriver(log logr.Logger, opts options) (driver.Driver, error) {
 		if opts.simIgnoreShutdown {
 			simOpts = append(simOpts, sim.WithGuestIgnoringShutdown())
 		}
+		var xcodes []string
+		if opts.simXcode != "" {
+			xcodes = strings.Split(opts.simXcode, ",")
+		}
+		simOpts = append(simOpts, sim.WithGuestHandler(simguest.Handler(ctx, simguest.Reporter{
+			XcodeVersions: xcodes, HeadroomBytes: int64(spec.DiskBytes / 2), Clock: clock.RealClock{},
+		}, log.WithName("guest"))))
 		return sim.New(k, simOpts...), nil
 	case "vz":
 		return vzDriver(log)

@@ -1,0 +1,119 @@
+// Command agent is the MacRack host agent: one per Mac mini. It registers the
+// chassis' Node, heartbeats, reports the hardware facts, and runs the
+// instances placed on the chassis, each in its own vm-helper process. It
+// talks to the operator only through the Kubernetes API.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/agent"
+	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
+)
+
+func main() {
+	var (
+		kubeconfig, serial, agentsNS, stateDir, driverName, helperPath, tokenFile string
+		heartbeat, facts, tokenTTL                                                 time.Duration
+		simDisk, simBootArgs, simChip                                              string
+		simNIC                                                                     int
+		simSIP, simEntitlement                                                     bool
+	)
+	fs := flag.CommandLine
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "The bootstrap kubeconfig from `macrackctl node enroll`.")
+	fs.StringVar(&serial, "serial", "", "This chassis' serial, as Apple prints it (required).")
+	fs.StringVar(&agentsNS, "agents-namespace", "macrack-agents", "The namespace of the agents' ServiceAccounts.")
+	fs.StringVar(&stateDir, "state-dir", "/var/lib/macrack", "Images, instance disks and helper sockets.")
+	fs.StringVar(&driverName, "driver", "sim", "The VM driver: sim, or vz on a Mac.")
+	fs.StringVar(&helperPath, "vm-helper", "", "The vm-helper binary; defaults to vm-helper beside this one.")
+	fs.StringVar(&tokenFile, "token-file", "", "Where the agent keeps its renewed token; defaults to <state-dir>/token.")
+	fs.DurationVar(&heartbeat, "heartbeat-interval", 10*time.Second, "How often the heartbeat Lease is renewed.")
+	fs.DurationVar(&facts, "facts-interval", 5*time.Minute, "How often the hardware facts are reported again.")
+	fs.DurationVar(&tokenTTL, "token-ttl", time.Hour, "The lifetime of each token the agent requests for itself.")
+	fs.StringVar(&simDisk, "sim-disk", "1T", "sim: the reported SSD size.")
+	fs.IntVar(&simNIC, "sim-nic-gbps", 10, "sim: the reported NIC speed.")
+	fs.StringVar(&simChip, "sim-chip", "M4", "sim: the reported chip.")
+	fs.BoolVar(&simSIP, "sim-sip", true, "sim: whether SIP is reported on.")
+	fs.BoolVar(&simEntitlement, "sim-entitlement", true, "sim: whether the virtualization entitlement is reported.")
+	fs.StringVar(&simBootArgs, "sim-boot-args", "", "sim: the reported boot-args.")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(fs)
+	flag.Parse()
+	log := zap.New(zap.UseFlagOptions(&zapOpts))
+	ctrl.SetLogger(log)
+
+	if err := func() error {
+		if serial == "" {
+			return fmt.Errorf("--serial is required")
+		}
+		node := strings.ToLower(serial)
+		if helperPath == "" {
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			helperPath = filepath.Join(filepath.Dir(self), "vm-helper")
+		}
+		if tokenFile == "" {
+			tokenFile = filepath.Join(stateDir, "token")
+		}
+		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return fmt.Errorf("loading %s: %w", kubeconfig, err)
+		}
+		cfg = withTokenFile(cfg, tokenFile)
+		launcher, err := helper.NewExecLauncher(helper.ExecConfig{
+			Dir: filepath.Join(stateDir, "run"), HelperPath: helperPath, Driver: driverName,
+			KernelStateDir: filepath.Join(stateDir, "kernel"), KillAfter: time.Minute, Log: log.WithName("helpers"),
+		})
+		if err != nil {
+			return err
+		}
+		disk, err := resource.ParseQuantity(simDisk)
+		if err != nil {
+			return fmt.Errorf("--sim-disk: %w", err)
+		}
+		return agent.Run(ctrl.SetupSignalHandler(), cfg, agent.Config{
+			NodeName: node, AgentsNamespace: agentsNS, StateDir: stateDir, Launcher: launcher,
+			Facts: agent.StaticFacts{Reported: &fleetv1alpha1.ReportedFacts{
+				Disk: &disk, NetworkGbps: ptr.To(int32(simNIC)), Chip: simChip, MacOSVersion: "15.5",
+				SIPEnabled: ptr.To(simSIP), BootArgs: simBootArgs, VirtualizationEntitlement: ptr.To(simEntitlement),
+				Quota: &fleetv1alpha1.QuotaReport{State: fleetv1alpha1.QuotaOK}, AgentVersion: "sim",
+			}},
+			HeartbeatInterval: heartbeat, FactsInterval: facts, TokenFile: tokenFile, TokenTTL: tokenTTL,
+			SeedImages: driverName == "sim", Clock: clock.RealClock{}, Log: log, NewMachineID: agent.RandomMachineID,
+		})
+	}(); err != nil {
+		log.Error(err, "Agent stopped")
+		os.Exit(1)
+	}
+}
+
+// withTokenFile makes the client read its bearer token from file, which
+// the agent's token renewer rewrites; the bootstrap token seeds it.
+func withTokenFile(cfg *rest.Config, file string) *rest.Config {
+	if cfg.BearerToken != "" {
+		if _, err := os.Stat(file); os.IsNotExist(err) {
+			_ = os.MkdirAll(filepath.Dir(file), 0o700)
+			_ = os.WriteFile(file, []byte(cfg.BearerToken), 0o600)
+		}
+	}
+	out := rest.CopyConfig(cfg)
+	out.BearerToken = ""
+	out.BearerTokenFile = file
+	return out
+}
