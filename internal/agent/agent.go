@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -48,6 +49,8 @@ type Config struct {
 	Log        logr.Logger
 	// NewMachineID makes machine identifiers (RandomMachineID in the sim).
 	NewMachineID func() ([]byte, error)
+	// Poll is how often running instances are looked at again; 10s if zero.
+	Poll time.Duration
 }
 
 // Run registers the chassis and runs the agent until ctx ends.
@@ -94,7 +97,7 @@ func Run(ctx context.Context, cfg *rest.Config, c Config) error {
 	}
 	inst := &Instances{
 		Client: mgr.GetClient(), NodeName: c.NodeName, Launcher: c.Launcher, Disks: Disks{Root: c.StateDir},
-		Clock: c.Clock, StopGrace: 30 * time.Second, GuestPort: guest.DefaultPort, Poll: 10 * time.Second,
+		Clock: c.Clock, StopGrace: 30 * time.Second, GuestPort: guest.DefaultPort, Poll: cmp.Or(c.Poll, 10*time.Second),
 		NewMachineID: c.NewMachineID,
 	}
 	if err := inst.SetupWithManager(mgr); err != nil {

@@ -42,18 +42,40 @@ func Handler(ctx context.Context, r guest.Reporter, log logr.Logger) sim.GuestHa
 	l := &connListener{conns: make(chan net.Conn), done: ctx.Done()}
 	srv := guest.NewServer(r, log, guest.ServerOptions{AgentVersion: "sim", IdleTimeout: time.Minute})
 	var once sync.Once
-	return func(_ context.Context, port uint32, conn net.Conn) {
+	return func(vmCtx context.Context, port uint32, conn net.Conn) {
 		if port != guest.DefaultPort {
 			conn.Close()
 			return
 		}
 		once.Do(func() { go func() { _ = srv.Serve(ctx, l) }() })
+		// The driver ends the stream when the handler returns: hold it until
+		// the server is done with the connection.
+		tracked := &closeNotifier{Conn: conn, closed: make(chan struct{})}
 		select {
-		case l.conns <- conn:
+		case l.conns <- tracked:
 		case <-ctx.Done():
 			conn.Close()
+			return
+		}
+		select {
+		case <-tracked.closed:
+		case <-ctx.Done():
+		case <-vmCtx.Done(): // the VM stopped
 		}
 	}
+}
+
+// closeNotifier tells the handler when the server closes the connection.
+type closeNotifier struct {
+	net.Conn
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (c *closeNotifier) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { close(c.closed) })
+	return err
 }
 
 // connListener hands the handler's connections to the guest server.

@@ -17,7 +17,8 @@ func TestTheHostReadsTheSimGuestThroughTheRealProtocol(t *testing.T) {
 	defer cancel()
 	h := Handler(ctx, Reporter{XcodeVersions: []string{"16.4"}, HeadroomBytes: 50 << 30, Clock: clocktesting.NewFakeClock(time.Now())}, logr.Discard())
 	host, g := net.Pipe()
-	go h(ctx, guest.DefaultPort, g)
+	handled := make(chan struct{})
+	go func() { h(ctx, guest.DefaultPort, g); close(handled) }()
 	c := guest.NewClient(host)
 	defer c.Close()
 	rep, err := c.Report(ctx)
@@ -27,6 +28,13 @@ func TestTheHostReadsTheSimGuestThroughTheRealProtocol(t *testing.T) {
 	if rep.BootStage != "ready" || !rep.ReadyForWork || len(rep.XcodeVersions) != 1 || rep.DiskHeadroomBytes != 50<<30 {
 		t.Fatalf("unexpected report %+v", rep)
 	}
+	select {
+	case <-handled:
+		t.Fatal("the handler returned while the host still talked to the guest")
+	default:
+	}
+	c.Close()
+	<-handled // once the host hangs up, the server closes its end and the handler returns
 	other, g2 := net.Pipe()
 	h(ctx, 4242, g2)
 	if _, err := guest.NewClient(other).Report(ctx); err == nil {

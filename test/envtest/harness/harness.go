@@ -112,3 +112,12 @@ func (e *Env) CRDNames() []string {
 	}
 	return names
 }
+
+// WatchClient returns a client that can watch, as the administrator.
+func (e *Env) WatchClient() client.WithWatch {
+	c, err := client.NewWithWatch(e.Config, client.Options{Scheme: e.Scheme})
+	if err != nil {
+		panic(err)
+	}
+	return c
+}

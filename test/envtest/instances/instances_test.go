@@ -1,0 +1,360 @@
+package instances
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/reconcile/placement"
+	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
+)
+
+const class = "m4-sim"
+
+var agents = map[string]*harness.Agent{}
+
+func startAgent(serial, stateDir string) *harness.Agent {
+	GinkgoHelper()
+	a, err := env.StartAgent(harness.AgentOptions{Serial: serial, Class: class, StateDir: stateDir, HelperPath: helperPath,
+		Heartbeat: 2 * time.Second, Log: zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)).WithName(serial)})
+	Expect(err).NotTo(HaveOccurred())
+	agents[a.Node] = a
+	return a
+}
+
+func killHelpers(a *harness.Agent) {
+	files, _ := filepath.Glob(filepath.Join(a.StateDir, "run", "*.pid"))
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		var pid int
+		fmt.Sscanf(string(b), "%d", &pid)
+		if pid > 0 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+func instance(ns, name, lease string) *computev1alpha1.MacOSInstance {
+	return &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: computev1alpha1.MacOSInstanceSpec{LeaseName: lease, ImageName: "sequoia-15.5-xcode-16.4", CPU: 4,
+			Memory: resource.MustParse("8Gi"), Disk: resource.MustParse("200Gi")}}
+}
+
+func get(key client.Object) *computev1alpha1.MacOSInstance {
+	GinkgoHelper()
+	i := &computev1alpha1.MacOSInstance{}
+	Expect(admin.Get(ctx, client.ObjectKeyFromObject(key), i)).To(Succeed())
+	return i
+}
+
+func phase(i *computev1alpha1.MacOSInstance) func() computev1alpha1.VMPhase {
+	return func() computev1alpha1.VMPhase {
+		got := &computev1alpha1.MacOSInstance{}
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(i), got); err != nil || got.Status.Runtime == nil {
+			return ""
+		}
+		return got.Status.Runtime.Phase
+	}
+}
+
+// lease leases a chassis for a new tenant and returns the tenant and the
+// bound lease.
+func lease() (*harness.Tenant, *leasingv1alpha1.MacNodeLease) {
+	GinkgoHelper()
+	t, err := env.NewTenant(ctx, "dev")
+	Expect(err).NotTo(HaveOccurred())
+	l := &leasingv1alpha1.MacNodeLease{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: t.Namespace},
+		Spec: leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: class, MinimumDuration: "24h"}}
+	Expect(t.Client.Create(ctx, l)).To(Succeed())
+	Eventually(func() leasingv1alpha1.MacNodeLeasePhase {
+		Expect(admin.Get(ctx, client.ObjectKeyFromObject(l), l)).To(Succeed())
+		return l.Status.Phase
+	}).Should(Equal(leasingv1alpha1.LeaseBound))
+	return t, l
+}
+
+// withoutInstanceWebhook removes the instance webhook for the duration of
+// f: admission is bypassed, and only the operator and the agent stand.
+func withoutInstanceWebhook(f func()) {
+	GinkgoHelper()
+	list := &admissionregistrationv1.ValidatingWebhookConfigurationList{}
+	Expect(admin.List(ctx, list)).To(Succeed())
+	Expect(list.Items).To(HaveLen(1))
+	saved := list.Items[0].DeepCopy()
+	vwc := list.Items[0].DeepCopy()
+	var kept []admissionregistrationv1.ValidatingWebhook
+	for _, w := range vwc.Webhooks {
+		if w.Name != "vmacosinstance.macrack.io" {
+			kept = append(kept, w)
+		}
+	}
+	Expect(kept).To(HaveLen(len(vwc.Webhooks) - 1))
+	vwc.Webhooks = kept
+	Expect(admin.Update(ctx, vwc)).To(Succeed())
+	defer func() {
+		cur := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		Expect(admin.Get(ctx, client.ObjectKeyFromObject(saved), cur)).To(Succeed())
+		cur.Webhooks = saved.Webhooks
+		Expect(admin.Update(ctx, cur)).To(Succeed())
+	}()
+	time.Sleep(time.Second) // the API server reloads webhook configurations asynchronously
+	f()
+}
+
+var _ = Describe("Instances on simulated minis", Ordered, func() {
+	var tenant *harness.Tenant
+	var bound *leasingv1alpha1.MacNodeLease
+	var first, second *computev1alpha1.MacOSInstance
+
+	BeforeAll(func() {
+		_, err := harness.CreateClass(ctx, admin, class, 2)
+		Expect(err).NotTo(HaveOccurred())
+		img := &fleetv1alpha1.MacOSImage{ObjectMeta: metav1.ObjectMeta{Name: "sequoia-15.5-xcode-16.4"}, Spec: fleetv1alpha1.MacOSImageSpec{
+			MacOSVersion: "15.5", XcodeVersion: "16.4", Source: "https://images.example.com/15.5.img",
+			Digest: "sha256:" + strings.Repeat("a", 64), Size: resource.MustParse("60Gi"),
+			HardwareModel: "YnBsaXN0MDA=", AuxiliaryStorageTemplate: "https://images.example.com/15.5.aux"}}
+		Expect(admin.Create(ctx, img)).To(Succeed())
+		for i := 0; i < 2; i++ {
+			a := startAgent(harness.NewSerial(), "")
+			Eventually(func() fleetv1alpha1.MacNodePhase {
+				mn := &fleetv1alpha1.MacNode{}
+				if admin.Get(ctx, client.ObjectKey{Name: a.Node}, mn) != nil {
+					return ""
+				}
+				return mn.Status.Phase
+			}).Should(Equal(fleetv1alpha1.MacNodeReady))
+		}
+		tenant, bound = lease()
+	})
+
+	It("runs two instances to Running, and refuses a third at admission", func() {
+		first, second = instance(tenant.Namespace, "ci-1", "build"), instance(tenant.Namespace, "ci-2", "build")
+		Expect(tenant.Client.Create(ctx, first)).To(Succeed())
+		Expect(tenant.Client.Create(ctx, second)).To(Succeed())
+		for _, i := range []*computev1alpha1.MacOSInstance{first, second} {
+			Eventually(phase(i)).Should(Equal(computev1alpha1.VMRunning))
+			Eventually(func() bool { return get(i).Status.Runtime.ReadyForWork }).Should(BeTrue(), "the guest agent reports through vsock")
+			got := get(i)
+			Expect(got.Status.NodeName).To(Equal(bound.Status.NodeName))
+			Expect(got.Status.Runtime.XcodeVersions).To(ConsistOf("16.4"))
+			Expect(got.Finalizers).To(ContainElement(computev1alpha1.DiskWipeFinalizer))
+			Expect(agents[bound.Status.NodeName].HelperPID(string(got.UID))).NotTo(BeZero())
+		}
+		// kubectl describe node: 2 of 2 macOS VMs allocated.
+		Eventually(func() int64 {
+			pods := &corev1.PodList{}
+			Expect(admin.List(ctx, pods, client.InNamespace(harness.OperatorNamespace), client.MatchingLabels{placement.PlaceholderLabel: "true"})).To(Succeed())
+			var n int64
+			for _, p := range pods.Items {
+				if p.Spec.NodeName == bound.Status.NodeName {
+					q := p.Spec.Containers[0].Resources.Requests[placement.VMResource]
+					n += q.Value()
+				}
+			}
+			return n
+		}).Should(Equal(int64(2)))
+		node := &corev1.Node{}
+		Expect(admin.Get(ctx, client.ObjectKey{Name: bound.Status.NodeName}, node)).To(Succeed())
+		Expect(node.Status.Capacity.Name(placement.VMResource, resource.DecimalSI).Value()).To(Equal(int64(2)))
+
+		err := tenant.Client.Create(ctx, instance(tenant.Namespace, "ci-3", "build"))
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring(`admission webhook "vmacosinstance.macrack.io" denied the request: instance.cap: `))
+	})
+
+	It("loses no running VM when the agent restarts", func() {
+		a := agents[bound.Status.NodeName]
+		pids := map[types.UID]int{}
+		for _, i := range []*computev1alpha1.MacOSInstance{first, second} {
+			pids[get(i).UID] = a.HelperPID(string(get(i).UID))
+		}
+		Expect(a.Stop()).To(Succeed())
+		for uid, pid := range pids {
+			Expect(syscall.Kill(pid, 0)).To(Succeed(), "the helper of %s died with its agent", uid)
+		}
+		restarted := startAgent(a.Serial, a.StateDir)
+		Consistently(func() []computev1alpha1.VMPhase {
+			return []computev1alpha1.VMPhase{phase(first)(), phase(second)()}
+		}, "5s").Should(HaveEach(computev1alpha1.VMRunning))
+		for uid, pid := range pids {
+			Expect(restarted.HelperPID(string(uid))).To(Equal(pid), "the VM of %s was restarted, not reattached", uid)
+		}
+	})
+
+	It("never starts an instance an administrator placed without a slot", func() {
+		withoutInstanceWebhook(func() {
+			sneaky := instance(tenant.Namespace, "sneaky", "build")
+			Expect(admin.Create(ctx, sneaky)).To(Succeed())
+			Eventually(func() error { // the placement controller writes its Placed condition meanwhile
+				s := get(sneaky)
+				s.Status.NodeName = bound.Status.NodeName
+				return admin.Status().Update(ctx, s)
+			}).Should(Succeed())
+			sneaky = get(sneaky)
+			Eventually(func() string {
+				rt := get(sneaky).Status.Runtime
+				if rt == nil {
+					return ""
+				}
+				return rt.Message
+			}).Should(ContainSubstring("no slot names the instance"))
+			Consistently(func() int { return agents[bound.Status.NodeName].HelperPID(string(sneaky.UID)) }, "3s").Should(BeZero())
+			Expect(phase(sneaky)()).To(Equal(computev1alpha1.VMPending))
+			Expect(admin.Delete(ctx, sneaky)).To(Succeed())
+		})
+	})
+
+	It("with admission bypassed, never places or starts more than two of three instances created at once", func() {
+		other, otherLease := lease()
+		withoutInstanceWebhook(func() {
+			w, err := env.WatchClient().Watch(ctx, &computev1alpha1.MacOSInstanceList{}, client.InNamespace(other.Namespace))
+			Expect(err).NotTo(HaveOccurred())
+			var mu sync.Mutex
+			placed, running := map[string]bool{}, map[string]bool{}
+			maxPlaced, maxRunning := 0, 0
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for ev := range w.ResultChan() {
+					i, ok := ev.Object.(*computev1alpha1.MacOSInstance)
+					if !ok {
+						continue
+					}
+					mu.Lock()
+					placed[i.Name] = ev.Type != watch.Deleted && i.Status.NodeName != ""
+					running[i.Name] = ev.Type != watch.Deleted && i.Status.Runtime != nil &&
+						(i.Status.Runtime.Phase == computev1alpha1.VMRunning || i.Status.Runtime.Phase == computev1alpha1.VMStarting)
+					maxPlaced, maxRunning = max(maxPlaced, count(placed)), max(maxRunning, count(running))
+					mu.Unlock()
+				}
+			}()
+			var wg sync.WaitGroup
+			for _, n := range []string{"a", "b", "c"} {
+				wg.Add(1)
+				go func(n string) {
+					defer wg.Done()
+					Expect(other.Client.Create(ctx, instance(other.Namespace, n, "build"))).To(Succeed())
+				}(n)
+			}
+			wg.Wait()
+			Eventually(func() int {
+				list := &computev1alpha1.MacOSInstanceList{}
+				Expect(admin.List(ctx, list, client.InNamespace(other.Namespace))).To(Succeed())
+				n := 0
+				for _, i := range list.Items {
+					if i.Status.Runtime != nil && i.Status.Runtime.Phase == computev1alpha1.VMRunning {
+						n++
+					}
+				}
+				return n
+			}).Should(Equal(2))
+			Consistently(func() int {
+				mu.Lock()
+				defer mu.Unlock()
+				return maxRunning
+			}, "3s").Should(Equal(2))
+			w.Stop()
+			<-done
+			Expect(maxPlaced).To(Equal(2), "a watch saw %d placed at once", maxPlaced)
+			Expect(maxRunning).To(Equal(2), "a watch saw %d running at once", maxRunning)
+			list := &computev1alpha1.MacOSInstanceList{}
+			Expect(admin.List(ctx, list, client.InNamespace(other.Namespace))).To(Succeed())
+			refused := 0
+			for _, i := range list.Items {
+				for _, c := range i.Status.Conditions {
+					if c.Type == computev1alpha1.ConditionPlaced && c.Reason == computev1alpha1.ReasonCapacityExceeded {
+						refused++
+					}
+				}
+			}
+			Expect(refused).To(Equal(1), "the third is told why it waits")
+			_ = otherLease
+		})
+	})
+
+	It("wipes the disk before the finalizer comes off", func() {
+		a := agents[bound.Status.NodeName]
+		uid := string(get(first).UID)
+		Expect(a.DiskDir(uid)).To(BeADirectory(), "positive control: the disk exists while the VM runs")
+		w, err := env.WatchClient().Watch(ctx, &computev1alpha1.MacOSInstanceList{}, client.InNamespace(tenant.Namespace))
+		Expect(err).NotTo(HaveOccurred())
+		defer w.Stop()
+		Expect(tenant.Client.Delete(ctx, get(first))).To(Succeed())
+		for ev := range w.ResultChan() {
+			i, ok := ev.Object.(*computev1alpha1.MacOSInstance)
+			if !ok || i.Name != first.Name {
+				continue
+			}
+			if ev.Type == watch.Deleted || !hasFinalizer(i) {
+				Expect(a.DiskDir(uid)).NotTo(BeAnExistingFile(), "the finalizer came off before the disk was wiped")
+				_, statErr := os.Stat(a.DiskDir(uid))
+				Expect(os.IsNotExist(statErr)).To(BeTrue())
+				break
+			}
+		}
+		Eventually(func() bool { return agents[bound.Status.NodeName].HelperPID(uid) == 0 }).Should(BeTrue(), "its helper is gone")
+	})
+
+	It("marks a silent agent's chassis and Node NotReady", func() {
+		var silent *harness.Agent
+		for name, a := range agents {
+			if name != bound.Status.NodeName {
+				silent = a
+			}
+		}
+		Expect(silent).NotTo(BeNil())
+		Expect(silent.Stop()).To(Succeed())
+		mn := &fleetv1alpha1.MacNode{}
+		Expect(admin.Get(ctx, client.ObjectKey{Name: silent.Node}, mn)).To(Succeed())
+		op.Step(time.Minute, mn)
+		Eventually(func() corev1.ConditionStatus {
+			n := &corev1.Node{}
+			Expect(admin.Get(ctx, client.ObjectKey{Name: silent.Node}, n)).To(Succeed())
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady {
+					return c.Status
+				}
+			}
+			return ""
+		}).Should(Equal(corev1.ConditionFalse))
+		Expect(admin.Get(ctx, client.ObjectKey{Name: silent.Node}, mn)).To(Succeed())
+		Expect(mn.Status.Conditions).To(ContainElement(And(HaveField("Type", fleetv1alpha1.ConditionAgentReady), HaveField("Status", metav1.ConditionFalse))))
+	})
+})
+
+func count(m map[string]bool) int {
+	n := 0
+	for _, v := range m {
+		if v {
+			n++
+		}
+	}
+	return n
+}
+
+func hasFinalizer(i *computev1alpha1.MacOSInstance) bool {
+	for _, f := range i.Finalizers {
+		if f == computev1alpha1.DiskWipeFinalizer {
+			return true
+		}
+	}
+	return false
+}
