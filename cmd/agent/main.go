@@ -34,7 +34,6 @@ func main() {
 		simSIP, simEntitlement                                                     bool
 	)
 	fs := flag.CommandLine
-	fs.StringVar(&kubeconfig, "kubeconfig", "", "The bootstrap kubeconfig from `macrackctl node enroll`.")
 	fs.StringVar(&serial, "serial", "", "This chassis' serial, as Apple prints it (required).")
 	fs.StringVar(&agentsNS, "agents-namespace", "macrack-agents", "The namespace of the agents' ServiceAccounts.")
 	fs.StringVar(&stateDir, "state-dir", "/var/lib/macrack", "Images, instance disks and helper sockets.")
@@ -53,6 +52,11 @@ func main() {
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	flag.Parse()
+	// --kubeconfig is controller-runtime's flag: the bootstrap kubeconfig
+	// from `macrackctl node enroll`.
+	if f := flag.Lookup("kubeconfig"); f != nil {
+		kubeconfig = f.Value.String()
+	}
 	log := zap.New(zap.UseFlagOptions(&zapOpts))
 	ctrl.SetLogger(log)
 

@@ -87,21 +87,32 @@ func run(root, extraArgs string) error {
 	}
 	defer operator.stop()
 
+	agents, cleanup, err := startFleet(ctx, env, root, fleetSize)
+	defer cleanup()
+	if err != nil {
+		return err
+	}
+
 	fmt.Printf(`
-devcluster: ready. %d CRDs installed; the operator is running and serving its webhooks.
+devcluster: ready. %d CRDs installed; the operator is running and serving its webhooks;
+%d simulated Mac minis of class %s run their own host agents.
 
     export KUBECONFIG=%s
     export PATH=%s:$PATH    # kubectl v1.37.2, built from the module proxy
-    kubectl get crd
+    kubectl get mn,mnc,mimg
 
 Press Ctrl-C to stop everything.
-`, len(env.CRDs), kubeconfigPath, filepath.Join(bin, "k8s"))
+`, len(env.CRDs), len(agents), fleetClass, kubeconfigPath, filepath.Join(bin, "k8s"))
 
+	exited := make(chan *child, len(agents)+1)
+	for _, c := range append(agents, operator) {
+		go func(c *child) { <-c.done; exited <- c }(c)
+	}
 	select {
 	case <-ctx.Done():
 		return nil
-	case <-operator.done:
-		return fmt.Errorf("operator exited: %w", operator.err)
+	case c := <-exited:
+		return fmt.Errorf("%s exited: %w", c.name, c.err)
 	}
 }
 

@@ -180,7 +180,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, fmt.Errorf("updating MacNode %s status: %w", mn.Name, err)
 	}
-	if before.Phase != mn.Status.Phase {
+	if orPending(before.Phase) != mn.Status.Phase {
 		r.Recorder.Eventf(mn, nil, corev1.EventTypeNormal, "Phase"+string(mn.Status.Phase), "Assess",
 			"MacNode %s moved from %s to %s", mn.Name, orPending(before.Phase), mn.Status.Phase)
 	}

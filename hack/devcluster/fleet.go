@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/enroll"
+)
+
+// The simulated fleet of `make run`.
+const (
+	fleetSize  = 4
+	fleetClass = "m4-16g-1t"
+)
+
+// startFleet applies the agents' and tenants' roles, the sample class and
+// image, enrolls fleetSize simulated minis exactly as an administrator
+// would (macrackctl node enroll), and starts one agent process per mini,
+// each with its own bootstrap kubeconfig, identity and state directory.
+func startFleet(ctx context.Context, env *envtest.Environment, root string, n int) ([]*child, func(), error) {
+	var agents []*child
+	stateRoot, err := os.MkdirTemp("", "macrack-fleet-")
+	if err != nil {
+		return nil, func() {}, err
+	}
+	cleanup := func() {
+		for _, a := range agents {
+			a.stop()
+		}
+		killHelpers(stateRoot)
+		_ = os.RemoveAll(stateRoot)
+	}
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = fleetv1alpha1.AddToScheme(scheme)
+	c, err := client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, cleanup, err
+	}
+	for _, f := range []string{
+		"config/rbac/agent_role.yaml", "config/rbac/tenant_roles.yaml",
+		"config/samples/fleet_v1alpha1_macnodeclass.yaml", "config/samples/fleet_v1alpha1_macosimage.yaml",
+	} {
+		if err := applyFile(ctx, c, filepath.Join(root, f)); err != nil {
+			return nil, cleanup, err
+		}
+	}
+	bin := filepath.Join(root, "bin")
+	for i := 1; i <= n; i++ {
+		serial := fmt.Sprintf("C02SIM%06d", i)
+		kc, err := enroll.Enroll(ctx, c, env.Config, enroll.Options{Serial: serial, Class: fleetClass,
+			AgentsNamespace: agentsNamespace, TokenTTL: 24 * time.Hour})
+		if err != nil {
+			return nil, cleanup, fmt.Errorf("enrolling %s: %w", serial, err)
+		}
+		dir := filepath.Join(stateRoot, enroll.NodeName(serial))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, cleanup, err
+		}
+		kubeconfig := filepath.Join(dir, "bootstrap.kubeconfig")
+		if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+			return nil, cleanup, err
+		}
+		a, err := startProcess("agent "+serial, filepath.Join(bin, "agent"), []string{
+			"--serial=" + serial, "--kubeconfig=" + kubeconfig, "--state-dir=" + dir,
+			"--agents-namespace=" + agentsNamespace, "--vm-helper=" + filepath.Join(bin, "vm-helper"),
+			"--heartbeat-interval=5s", "--zap-log-level=info",
+		})
+		if err != nil {
+			return nil, cleanup, err
+		}
+		agents = append(agents, a)
+	}
+	return agents, cleanup, nil
+}
+
+// applyFile creates every object of a YAML file, keeping existing ones.
+func applyFile(ctx context.Context, c client.Client, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		// As kubectl apply would leave it, so that a later kubectl apply of
+		// the same sample does not warn.
+		applied, err := json.Marshal(u.Object)
+		if err != nil {
+			return err
+		}
+		u.SetAnnotations(map[string]string{"kubectl.kubernetes.io/last-applied-configuration": string(applied)})
+		if err := c.Create(ctx, u); client.IgnoreAlreadyExists(err) != nil {
+			return fmt.Errorf("%s: creating %s %s: %w", path, u.GetKind(), u.GetName(), err)
+		}
+	}
+}
+
+// killHelpers ends the VM helpers of the fleet: they outlive their agents
+// by design, so make run stops them itself, gracefully first.
+func killHelpers(stateRoot string) {
+	pidFiles, _ := filepath.Glob(filepath.Join(stateRoot, "*", "run", "*.pid"))
+	var pids []int
+	for _, f := range pidFiles {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+			pids = append(pids, pid)
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, pid := range pids {
+		for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if len(pids) > 0 {
+		fmt.Printf("devcluster: stopped %d VM helper(s)\n", len(pids))
+	}
+}
