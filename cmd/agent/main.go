@@ -28,10 +28,10 @@ import (
 func main() {
 	var (
 		kubeconfig, serial, agentsNS, stateDir, driverName, helperPath, tokenFile string
-		heartbeat, facts, tokenTTL                                                 time.Duration
-		simDisk, simBootArgs, simChip                                              string
-		simNIC                                                                     int
-		simSIP, simEntitlement                                                     bool
+		heartbeat, facts, tokenTTL                                                time.Duration
+		simDisk, simBootArgs, simChip                                             string
+		simNIC                                                                    int
+		simSIP, simEntitlement                                                    bool
 	)
 	fs := flag.CommandLine
 	fs.StringVar(&serial, "serial", "", "This chassis' serial, as Apple prints it (required).")
