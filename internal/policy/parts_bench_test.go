@@ -45,3 +45,34 @@ func BenchmarkParts(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkPartsAgentScope splits agent.scope on an agent creating its Node.
+func BenchmarkPartsAgentScope(b *testing.B) {
+	e, _ := Load(context.Background(), policies.FS)
+	r, _ := e.Rule("agent.scope")
+	ctx := context.Background()
+	in := Input{
+		Object: map[string]any{"apiVersion": "v1", "kind": "Node",
+			"metadata": map[string]any{"name": "c02a", "labels": map[string]any{"macrack.io/serial": "C02A"}},
+			"spec":     map[string]any{"taints": []any{map[string]any{"key": "macrack.io/unleased", "effect": "NoSchedule"}}},
+			"status":   map[string]any{"capacity": map[string]any{"macrack.io/macos-vm": "2"}}},
+		Request: Request{Operation: "CREATE", Kind: schema.GroupVersionKind{Version: "v1", Kind: "Node"},
+			UserInfo: UserInfo{Username: "system:serviceaccount:macrack-agents:agent-c02a"}},
+		Params: Params{AgentsNamespace: "macrack-agents"},
+		Now:    time.Now(),
+	}
+	p, err := e.prepare(in)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("rego", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			r.rego.eval(ctx, p.rego)
+		}
+	})
+	b.Run("cel", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			r.cel.eval(ctx, &p.in, p.params)
+		}
+	})
+}

@@ -40,12 +40,47 @@ disk_wipe := "macrack.io/disk-wipe"
 
 name := object.get(lib.new, ["metadata", "name"], object.get(lib.old, ["metadata", "name"], ""))
 
-# Only ServiceAccounts can be agents; for them, a missing agents' namespace
-# parameter fails closed.
-violations contains {"code": code, "message": "agent.scope: the agents' namespace parameter (params.data.agentsNamespace) is not set"} if {
-	kind in {"Node", "MacNode", "MacOSInstance", "Lease", "TokenRequest"}
+# Only ServiceAccounts can be agents, and only these kinds concern them; one
+# guard, and then only the checks of the request's kind.
+violations contains v if {
 	startswith(lib.username, "system:serviceaccount:")
+	kind in {"Node", "MacNode", "MacOSInstance", "Lease", "TokenRequest"}
+	some v in checks
+}
+
+# For a ServiceAccount, a missing agents' namespace parameter fails closed.
+checks contains {"code": code, "message": "agent.scope: the agents' namespace parameter (params.data.agentsNamespace) is not set"} if {
 	not lib.agents_namespace
+}
+
+checks contains v if {
+	is_agent
+	kind == "Node"
+	some v in node_checks
+}
+
+checks contains v if {
+	is_agent
+	kind == "MacNode"
+	some v in macnode_checks
+}
+
+checks contains v if {
+	is_agent
+	kind == "MacOSInstance"
+	some v in instance_checks
+}
+
+checks contains v if {
+	is_agent
+	kind == "Lease"
+	some v in lease_checks
+}
+
+checks contains v if {
+	is_agent
+	kind == "TokenRequest"
+	some v in token_checks
 }
 
 deny(msg) := {"code": code, "message": sprintf("agent.scope: agent %s %s", [node, msg])}
@@ -54,66 +89,48 @@ tenant_label_of(o) := object.get(o, ["metadata", "labels", tenant_label], null)
 
 # Node
 
-violations contains deny(sprintf("may not write Node %s", [name])) if {
-	is_agent
-	kind == "Node"
+node_checks contains deny(sprintf("may not write Node %s", [name])) if {
 	name != node
 }
 
-violations contains deny("may not delete its Node") if {
-	is_agent
-	kind == "Node"
+node_checks contains deny("may not delete its Node") if {
 	lib.operation == "DELETE"
 }
 
-violations contains deny(sprintf("must create its Node with exactly the macrack.io/unleased taint among macrack.io/ taints, not %v", [sort(lib.macrack_taint_keys(lib.new))])) if {
-	is_agent
-	kind == "Node"
+node_checks contains deny(sprintf("must create its Node with exactly the macrack.io/unleased taint among macrack.io/ taints, not %v", [sort(lib.macrack_taint_keys(lib.new))])) if {
 	lib.operation == "CREATE"
 	lib.macrack_taint_keys(lib.new) != {"macrack.io/unleased"}
 }
 
-violations contains deny("may not set the macrack.io/tenant label") if {
-	is_agent
-	kind == "Node"
+node_checks contains deny("may not set the macrack.io/tenant label") if {
 	lib.operation == "CREATE"
 	tenant_label_of(lib.new) != null
 }
 
-violations contains deny("may not change macrack.io/ taints on its Node") if {
-	is_agent
-	kind == "Node"
+node_checks contains deny("may not change macrack.io/ taints on its Node") if {
 	lib.operation == "UPDATE"
 	lib.macrack_taints(lib.new) != lib.macrack_taints(lib.old)
 }
 
-violations contains deny("may not change the macrack.io/tenant label on its Node") if {
-	is_agent
-	kind == "Node"
+node_checks contains deny("may not change the macrack.io/tenant label on its Node") if {
 	lib.operation == "UPDATE"
 	tenant_label_of(lib.new) != tenant_label_of(lib.old)
 }
 
 # MacNode
 
-violations contains deny(sprintf("may not %s a MacNode", [lower(lib.operation)])) if {
-	is_agent
-	kind == "MacNode"
+macnode_checks contains deny(sprintf("may not %s a MacNode", [lower(lib.operation)])) if {
 	lib.operation in {"CREATE", "DELETE"}
 }
 
-violations contains deny(sprintf("may not write MacNode %s", [name])) if {
-	is_agent
-	kind == "MacNode"
+macnode_checks contains deny(sprintf("may not write MacNode %s", [name])) if {
 	lib.operation == "UPDATE"
 	name != node
 }
 
 operator_status_fields := ["phase", "observedGeneration", "conditions", "binding", "slots", "history"]
 
-violations contains deny(sprintf("may change only status.reported of its MacNode, not %s", [field])) if {
-	is_agent
-	kind == "MacNode"
+macnode_checks contains deny(sprintf("may change only status.reported of its MacNode, not %s", [field])) if {
 	lib.operation == "UPDATE"
 	some field in changed_macnode_fields
 }
@@ -142,23 +159,17 @@ meta_changed(f) if {
 
 # MacOSInstance
 
-violations contains deny(sprintf("may not %s a MacOSInstance", [lower(lib.operation)])) if {
-	is_agent
-	kind == "MacOSInstance"
+instance_checks contains deny(sprintf("may not %s a MacOSInstance", [lower(lib.operation)])) if {
 	lib.operation in {"CREATE", "DELETE"}
 }
 
-violations contains deny(sprintf("may write only instances placed on its node, not one on %s", [lib.show(placed)])) if {
-	is_agent
-	kind == "MacOSInstance"
+instance_checks contains deny(sprintf("may write only instances placed on its node, not one on %s", [lib.show(placed)])) if {
 	lib.operation == "UPDATE"
 	some placed in {object.get(lib.old, ["status", "nodeName"], ""), object.get(lib.new, ["status", "nodeName"], "")}
 	placed != node
 }
 
-violations contains deny(sprintf("may change only status.runtime and the macrack.io/disk-wipe finalizer of an instance, not %s", [field])) if {
-	is_agent
-	kind == "MacOSInstance"
+instance_checks contains deny(sprintf("may change only status.runtime and the macrack.io/disk-wipe finalizer of an instance, not %s", [field])) if {
 	lib.operation == "UPDATE"
 	some field in changed_instance_fields
 }
@@ -183,9 +194,7 @@ other_finalizers(o) := [f | some f in object.get(o, ["metadata", "finalizers"], 
 
 # coordination.k8s.io Lease: its heartbeat only.
 
-violations contains deny(sprintf("may write only its own Lease kube-node-lease/%s, not %s/%s", [node, namespace, name])) if {
-	is_agent
-	kind == "Lease"
+lease_checks contains deny(sprintf("may write only its own Lease kube-node-lease/%s, not %s/%s", [node, namespace, name])) if {
 	input.request.kind.group == "coordination.k8s.io"
 	namespace := object.get(input.request, "namespace", "")
 	not own_node_lease(namespace)
@@ -198,9 +207,7 @@ own_node_lease(namespace) if {
 
 # Tokens: for itself only.
 
-violations contains deny(sprintf("may request tokens only for itself, not for %s/%s", [namespace, sa])) if {
-	is_agent
-	kind == "TokenRequest"
+token_checks contains deny(sprintf("may request tokens only for itself, not for %s/%s", [namespace, sa])) if {
 	namespace := object.get(input.request, "namespace", "")
 	sa := object.get(input.request, "name", "")
 	not own_service_account(namespace, sa)

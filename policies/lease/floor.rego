@@ -16,89 +16,86 @@ import data.macrack.lib
 
 code := "lease.floor"
 
-applies if {
+# One guard for every check: a request of another kind or operation costs a
+# comparison, and the checks read the input directly.
+violations contains v if {
 	input.request.kind.kind == "MacNodeLease"
-	lib.operation in {"CREATE", "UPDATE"}
+	input.request.operation in {"CREATE", "UPDATE"}
+	some v in checks
 }
 
-spec := object.get(lib.new, "spec", {})
+# minimum_ns and old_minimum_ns are the written and the stored
+# minimumDuration, where each is a duration; evaluated once per request.
+minimum_ns := time.parse_duration_ns(input.object.spec.minimumDuration) if lib.is_duration(input.object.spec.minimumDuration)
 
-status := object.get(lib.new, "status", {})
+old_minimum_ns := time.parse_duration_ns(input.oldObject.spec.minimumDuration) if lib.is_duration(input.oldObject.spec.minimumDuration)
 
-old_status := object.get(lib.old, "status", {})
+# A minimumDuration that is set (even to null) must be a duration.
+checks contains {"code": code, "message": msg} if {
+	d := input.object.spec.minimumDuration
+	not minimum_ns
+	msg := sprintf("lease.floor: minimumDuration %s is not a duration such as 24h", [lib.show(d)])
+}
 
-old_spec := object.get(lib.old, "spec", {})
+checks contains {"code": code, "message": msg} if {
+	minimum_ns < lib.floor_ns
+	msg := sprintf("lease.floor: minimumDuration %s is below the 24h floor", [input.object.spec.minimumDuration])
+}
 
 bound_before if {
-	lib.operation == "UPDATE"
-	object.get(old_status, "boundAt", null) != null
+	input.request.operation == "UPDATE"
+	input.oldObject.status.boundAt != null
 }
 
-violations contains {"code": code, "message": msg} if {
-	applies
-	"minimumDuration" in object.keys(spec)
-	not lib.is_duration(spec.minimumDuration)
-	msg := sprintf("lease.floor: minimumDuration %s is not a duration such as 24h", [lib.show(spec.minimumDuration)])
+has_minimum if {
+	_ = input.object.spec.minimumDuration
 }
 
-violations contains {"code": code, "message": msg} if {
-	applies
-	lib.is_duration(spec.minimumDuration)
-	time.parse_duration_ns(spec.minimumDuration) < lib.floor_ns
-	msg := sprintf("lease.floor: minimumDuration %s is below the 24h floor", [spec.minimumDuration])
-}
-
-violations contains {"code": code, "message": msg} if {
+checks contains {"code": code, "message": msg} if {
 	bound_before
-	old := old_spec.minimumDuration
-	lib.is_duration(old)
-	not "minimumDuration" in object.keys(spec)
-	msg := sprintf("lease.floor: minimumDuration cannot be removed after binding (it was %s)", [old])
+	old_minimum_ns
+	not has_minimum
+	msg := sprintf("lease.floor: minimumDuration cannot be removed after binding (it was %s)", [input.oldObject.spec.minimumDuration])
 }
 
-violations contains {"code": code, "message": msg} if {
+checks contains {"code": code, "message": msg} if {
 	bound_before
-	old := old_spec.minimumDuration
-	new := spec.minimumDuration
-	lib.is_duration(old)
-	lib.is_duration(new)
-	time.parse_duration_ns(new) < time.parse_duration_ns(old)
-	msg := sprintf("lease.floor: minimumDuration cannot shrink after binding (from %s to %s)", [old, new])
+	minimum_ns < old_minimum_ns
+	msg := sprintf("lease.floor: minimumDuration cannot shrink after binding (from %s to %s)", [input.oldObject.spec.minimumDuration, input.object.spec.minimumDuration])
 }
 
-violations contains {"code": code, "message": msg} if {
-	applies
-	old := object.get(old_status, "earliestReleaseAt", null)
-	old != null
-	object.get(status, "earliestReleaseAt", null) == null
-	msg := sprintf("lease.floor: status.earliestReleaseAt cannot be removed (it was %s)", [old])
+old_era := e if {
+	e := input.oldObject.status.earliestReleaseAt
+	e != null
 }
 
-violations contains {"code": code, "message": msg} if {
-	applies
-	old := object.get(old_status, "earliestReleaseAt", null)
-	new := object.get(status, "earliestReleaseAt", null)
-	old != null
-	new != null
-	time.parse_rfc3339_ns(new) < time.parse_rfc3339_ns(old)
-	msg := sprintf("lease.floor: status.earliestReleaseAt cannot move earlier (from %s to %s)", [old, new])
+new_era := e if {
+	e := input.object.status.earliestReleaseAt
+	e != null
+}
+
+checks contains {"code": code, "message": msg} if {
+	not new_era
+	msg := sprintf("lease.floor: status.earliestReleaseAt cannot be removed (it was %s)", [old_era])
+}
+
+checks contains {"code": code, "message": msg} if {
+	time.parse_rfc3339_ns(new_era) < time.parse_rfc3339_ns(old_era)
+	msg := sprintf("lease.floor: status.earliestReleaseAt cannot move earlier (from %s to %s)", [old_era, new_era])
 }
 
 # The check of earliestReleaseAt against boundAt applies when either is
 # written, so that a tenant may grow minimumDuration before the operator
 # extends earliestReleaseAt.
-status_times_written if object.get(status, "earliestReleaseAt", null) != object.get(old_status, "earliestReleaseAt", null)
+status_times_written if object.get(input, ["object", "status", "earliestReleaseAt"], null) != object.get(input, ["oldObject", "status", "earliestReleaseAt"], null)
 
-status_times_written if object.get(status, "boundAt", null) != object.get(old_status, "boundAt", null)
+status_times_written if object.get(input, ["object", "status", "boundAt"], null) != object.get(input, ["oldObject", "status", "boundAt"], null)
 
-violations contains {"code": code, "message": msg} if {
-	applies
-	bound := object.get(status, "boundAt", null)
-	era := object.get(status, "earliestReleaseAt", null)
+checks contains {"code": code, "message": msg} if {
+	bound := input.object.status.boundAt
 	bound != null
-	era != null
+	era := new_era
 	status_times_written
-	lib.is_duration(spec.minimumDuration)
-	time.parse_rfc3339_ns(era) - time.parse_rfc3339_ns(bound) < time.parse_duration_ns(spec.minimumDuration)
-	msg := sprintf("lease.floor: status.earliestReleaseAt %s is less than minimumDuration %s after boundAt %s", [era, spec.minimumDuration, bound])
+	time.parse_rfc3339_ns(era) - time.parse_rfc3339_ns(bound) < minimum_ns
+	msg := sprintf("lease.floor: status.earliestReleaseAt %s is less than minimumDuration %s after boundAt %s", [era, input.object.spec.minimumDuration, bound])
 }
