@@ -26,9 +26,9 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/index"
-	"github.com/boualleiguie/macrack-operator/internal/inventory"
 	"github.com/boualleiguie/macrack-operator/internal/patch"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
+	"github.com/boualleiguie/macrack-operator/internal/reconcile/intent"
 )
 
 // +kubebuilder:rbac:groups=leasing.macrack.io,resources=macnodeleases,verbs=get;list;watch;update;patch
@@ -162,33 +162,7 @@ func joinErr(a, b error) error {
 	return fmt.Errorf("%w; %w", a, b)
 }
 
-// decide asks the policy about a write the operator is about to make.
-func (r *Reconciler) decide(ctx context.Context, kind string, obj, old client.Object, inv map[string]any) (policy.Decision, error) {
-	newMap, err := inventory.ToMap(obj)
-	if err != nil {
-		return policy.Decision{}, err
-	}
-	oldMap, err := inventory.ToMap(old)
-	if err != nil {
-		return policy.Decision{}, err
-	}
-	gvk, err := r.Client.GroupVersionKindFor(obj)
-	if err != nil {
-		return policy.Decision{}, err
-	}
-	d, err := r.Engine.Decide(ctx, policy.Input{
-		Object:    newMap,
-		OldObject: oldMap,
-		Request: policy.Request{
-			Operation: "UPDATE", Kind: gvk, SubResource: "status",
-			UserInfo: policy.UserInfo{Username: r.Identity},
-		},
-		Params:    r.Params,
-		Now:       r.Clock.Now(),
-		Inventory: inv,
-	})
-	if err != nil {
-		return d, fmt.Errorf("asking the policy about %s: %w", kind, err)
-	}
-	return d, nil
+// decide asks the policy about a status write the operator is about to make.
+func (r *Reconciler) decide(ctx context.Context, obj, old client.Object, inv map[string]any) (policy.Decision, error) {
+	return intent.Checker{Client: r.Client, Engine: r.Engine, Clock: r.Clock, Params: r.Params, Identity: r.Identity}.StatusWrite(ctx, obj, old, inv)
 }

@@ -47,7 +47,7 @@ func (r *Reconciler) extend(ctx context.Context, s *scope) error {
 	}
 	extended := s.node.DeepCopy()
 	extended.Status.Binding.EarliestReleaseAt = want
-	d, err := r.decide(ctx, "extending the binding", extended, s.node, nil)
+	d, err := r.decide(ctx, extended, s.node, nil)
 	if err != nil {
 		return err
 	}
@@ -118,15 +118,11 @@ func (r *Reconciler) bind(ctx context.Context, s *scope) (ctrl.Result, error) {
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		leaseDecision, err := r.decide(ctx, "binding the lease", boundLease, lease, map[string]any{"macNode": claimedMap})
+		leaseDecision, err := r.decide(ctx, boundLease, lease, map[string]any{"macNode": claimedMap})
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		nodeInv, err := inventory.Builder{Reader: r.Client}.For(ctx, fleetv1alpha1.GroupVersion.WithKind("MacNode").GroupKind(), claimedMap, nil)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		nodeDecision, err := r.decide(ctx, "claiming the MacNode", claimed, node, nodeInv)
+		nodeDecision, err := r.decide(ctx, claimed, node, nil)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -238,7 +234,7 @@ func (r *Reconciler) release(ctx context.Context, s *scope) (ctrl.Result, error)
 		what     string
 		obj, old client.Object
 	}{{"releasing the lease", released, lease}, {"freeing the MacNode", freed, node}} {
-		d, err := r.decide(ctx, check.what, check.obj, check.old, nil)
+		d, err := r.decide(ctx, check.obj, check.old, nil)
 		if err != nil {
 			return ctrl.Result{}, err
 		}

@@ -32,8 +32,8 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/chassis"
 	"github.com/boualleiguie/macrack-operator/internal/conditions"
 	"github.com/boualleiguie/macrack-operator/internal/index"
-	"github.com/boualleiguie/macrack-operator/internal/inventory"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
+	"github.com/boualleiguie/macrack-operator/internal/reconcile/intent"
 	"github.com/boualleiguie/macrack-operator/internal/taints"
 )
 
@@ -244,28 +244,7 @@ func (r *Reconciler) reconcileOrphanBinding(ctx context.Context, s *scope) (ctrl
 
 // decide asks the policy about a status write the operator is about to make.
 func (r *Reconciler) decide(ctx context.Context, to, from *fleetv1alpha1.MacNode) (policy.Decision, error) {
-	newMap, err := inventory.ToMap(to)
-	if err != nil {
-		return policy.Decision{}, err
-	}
-	oldMap, err := inventory.ToMap(from)
-	if err != nil {
-		return policy.Decision{}, err
-	}
-	inv, err := inventory.Builder{Reader: r.Client}.For(ctx, fleetv1alpha1.GroupVersion.WithKind("MacNode").GroupKind(), newMap, oldMap)
-	if err != nil {
-		return policy.Decision{}, err
-	}
-	d, err := r.Engine.Decide(ctx, policy.Input{
-		Object: newMap, OldObject: oldMap,
-		Request: policy.Request{Operation: "UPDATE", Kind: fleetv1alpha1.GroupVersion.WithKind("MacNode"), SubResource: "status",
-			UserInfo: policy.UserInfo{Username: r.Identity}},
-		Params: r.Params, Now: r.Clock.Now(), Inventory: inv,
-	})
-	if err != nil {
-		return d, fmt.Errorf("asking the policy about MacNode %s: %w", to.Name, err)
-	}
-	return d, nil
+	return intent.Checker{Client: r.Client, Engine: r.Engine, Clock: r.Clock, Params: r.Params, Identity: r.Identity}.StatusWrite(ctx, to, from, nil)
 }
 
 // assessCompliance asks the policies whether this chassis may enter service

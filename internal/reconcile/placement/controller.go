@@ -17,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -31,8 +30,8 @@ import (
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/conditions"
 	"github.com/boualleiguie/macrack-operator/internal/index"
-	"github.com/boualleiguie/macrack-operator/internal/inventory"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
+	"github.com/boualleiguie/macrack-operator/internal/reconcile/intent"
 	"github.com/boualleiguie/macrack-operator/internal/taints"
 )
 
@@ -183,7 +182,7 @@ func (r *Reconciler) reconcileSlots(ctx context.Context, mn *fleetv1alpha1.MacNo
 	if !sameSlots(slots, mn.Status.Slots) {
 		updated := mn.DeepCopy()
 		updated.Status.Slots = slots
-		d, err := r.decide(ctx, updated, mn, fleetv1alpha1.GroupVersion.WithKind("MacNode"), map[string]any{"nodeClass": r.classMap(ctx, mn)})
+		d, err := r.decide(ctx, updated, mn, nil)
 		if err != nil {
 			return err
 		}
@@ -220,15 +219,7 @@ type refusal struct {
 func (r *Reconciler) mayPlace(ctx context.Context, mn *fleetv1alpha1.MacNode, inst *computev1alpha1.MacOSInstance) (string, error) {
 	to := inst.DeepCopy()
 	to.Status.NodeName = mn.Name
-	newMap, err := inventory.ToMap(to)
-	if err != nil {
-		return "", err
-	}
-	inv, err := inventory.Builder{Reader: r.Client}.For(ctx, computev1alpha1.GroupVersion.WithKind("MacOSInstance").GroupKind(), newMap, nil)
-	if err != nil {
-		return "", err
-	}
-	d, err := r.decide(ctx, to, inst, computev1alpha1.GroupVersion.WithKind("MacOSInstance"), inv)
+	d, err := r.decide(ctx, to, inst, nil)
 	if err != nil || d.Allowed() {
 		return "", err
 	}
@@ -283,33 +274,8 @@ func (r *Reconciler) capacity(ctx context.Context, mn *fleetv1alpha1.MacNode) in
 	return min(int(class.Spec.VMCapacity), 2)
 }
 
-func (r *Reconciler) classMap(ctx context.Context, mn *fleetv1alpha1.MacNode) map[string]any {
-	class := &fleetv1alpha1.MacNodeClass{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: mn.Spec.NodeClassName}, class); err != nil {
-		return nil
-	}
-	m, _ := inventory.ToMap(class)
-	return m
-}
-
-func (r *Reconciler) decide(ctx context.Context, obj, old client.Object, gvk schema.GroupVersionKind, inv map[string]any) (policy.Decision, error) {
-	newMap, err := inventory.ToMap(obj)
-	if err != nil {
-		return policy.Decision{}, err
-	}
-	oldMap, err := inventory.ToMap(old)
-	if err != nil {
-		return policy.Decision{}, err
-	}
-	d, err := r.Engine.Decide(ctx, policy.Input{
-		Object: newMap, OldObject: oldMap,
-		Request: policy.Request{Operation: "UPDATE", Kind: gvk, SubResource: "status", UserInfo: policy.UserInfo{Username: r.Identity}},
-		Params:  r.Params, Now: r.Clock.Now(), Inventory: inv,
-	})
-	if err != nil {
-		return d, fmt.Errorf("asking the policy about %s: %w", obj.GetName(), err)
-	}
-	return d, nil
+func (r *Reconciler) decide(ctx context.Context, obj, old client.Object, inv map[string]any) (policy.Decision, error) {
+	return intent.Checker{Client: r.Client, Engine: r.Engine, Clock: r.Clock, Params: r.Params, Identity: r.Identity}.StatusWrite(ctx, obj, old, inv)
 }
 
 func sameSlots(a, b []fleetv1alpha1.Slot) bool {

@@ -1,0 +1,59 @@
+// Package intent asks the policies about a status write a controller
+// intends, before it makes it: the reconcilers' may-bind, may-place and
+// may-release checks. The write is judged exactly as the webhook would judge
+// it, with the operator as the requester and the clock injected.
+package intent
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/boualleiguie/macrack-operator/internal/inventory"
+	"github.com/boualleiguie/macrack-operator/internal/policy"
+)
+
+// Checker decides intended writes.
+type Checker struct {
+	// Client maps objects to their kinds and reads the inventory (a cache).
+	Client client.Client
+	Engine *policy.Engine
+	Clock  clock.PassiveClock
+	Params policy.Params
+	// Identity is the operator's username, as the API server sees it.
+	Identity string
+}
+
+// StatusWrite decides the operator's write of obj's status over old. With
+// a nil inventory, the inventory of obj's kind is read from the cache.
+func (c Checker) StatusWrite(ctx context.Context, obj, old client.Object, inv map[string]any) (policy.Decision, error) {
+	newMap, err := inventory.ToMap(obj)
+	if err != nil {
+		return policy.Decision{}, err
+	}
+	oldMap, err := inventory.ToMap(old)
+	if err != nil {
+		return policy.Decision{}, err
+	}
+	gvk, err := c.Client.GroupVersionKindFor(obj)
+	if err != nil {
+		return policy.Decision{}, fmt.Errorf("kind of %s: %w", obj.GetName(), err)
+	}
+	if inv == nil {
+		if inv, err = (inventory.Builder{Reader: c.Client}).For(ctx, gvk.GroupKind(), newMap, oldMap); err != nil {
+			return policy.Decision{}, err
+		}
+	}
+	d, err := c.Engine.Decide(ctx, policy.Input{
+		Object: newMap, OldObject: oldMap,
+		Request: policy.Request{Operation: "UPDATE", Kind: gvk, SubResource: "status",
+			UserInfo: policy.UserInfo{Username: c.Identity}},
+		Params: c.Params, Now: c.Clock.Now(), Inventory: inv,
+	})
+	if err != nil {
+		return d, fmt.Errorf("asking the policy about %s %s: %w", gvk.Kind, obj.GetName(), err)
+	}
+	return d, nil
+}
