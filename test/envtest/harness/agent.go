@@ -39,6 +39,8 @@ func BuildVMHelper(dir string) (string, error) {
 // ServiceAccount, with real vm-helper processes and the sim driver.
 type Agent struct {
 	Serial, Node, StateDir string
+	// Bootstrap is the enrolment's token; the agent replaces it with its own.
+	Bootstrap string
 	stop                   context.CancelFunc
 	done                   chan error
 	once                   sync.Once
@@ -76,6 +78,16 @@ func (e *Env) StartAgent(o AgentOptions) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	// As cmd/agent does: the bootstrap token seeds a token file, which the
+	// agent's renewer rewrites with tokens it requests for itself.
+	tokenFile := filepath.Join(o.StateDir, "token")
+	bootstrap := cfg.BearerToken
+	if _, err := os.Stat(tokenFile); os.IsNotExist(err) {
+		if err := os.WriteFile(tokenFile, []byte(cfg.BearerToken), 0o600); err != nil {
+			return nil, err
+		}
+	}
+	cfg.BearerToken, cfg.BearerTokenFile = "", tokenFile
 	launcher, err := helper.NewExecLauncher(helper.ExecConfig{
 		Dir: filepath.Join(o.StateDir, "run"), HelperPath: o.HelperPath, Driver: "sim",
 		KernelStateDir: filepath.Join(o.StateDir, "kernel"), KillAfter: 10 * time.Second, Log: o.Log,
@@ -83,7 +95,7 @@ func (e *Env) StartAgent(o AgentOptions) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{Serial: o.Serial, Node: enroll.NodeName(o.Serial), StateDir: o.StateDir, done: make(chan error, 1)}
+	a := &Agent{Serial: o.Serial, Node: enroll.NodeName(o.Serial), StateDir: o.StateDir, Bootstrap: bootstrap, done: make(chan error, 1)}
 	runCtx, cancel := context.WithCancel(ctx)
 	a.stop = cancel
 	disk := resource.MustParse("1T")
@@ -96,6 +108,7 @@ func (e *Env) StartAgent(o AgentOptions) (*Agent, error) {
 				Quota: &fleetv1alpha1.QuotaReport{State: fleetv1alpha1.QuotaOK},
 			}},
 			HeartbeatInterval: o.Heartbeat, FactsInterval: time.Minute, SeedImages: true,
+			TokenFile: tokenFile, TokenTTL: time.Hour,
 			Clock: clock.RealClock{}, Log: o.Log, NewMachineID: agent.RandomMachineID, Poll: time.Second,
 		})
 	}()

@@ -145,6 +145,15 @@ var _ = Describe("Instances on simulated minis", Ordered, func() {
 		tenant, bound = lease()
 	})
 
+	It("renews each agent's token with a TokenRequest for itself", func() {
+		for _, a := range agents {
+			b, err := os.ReadFile(filepath.Join(a.StateDir, "token"))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(strings.Count(string(b), ".")).To(Equal(2), "a JWT")
+			Expect(string(b)).NotTo(Equal(a.Bootstrap), "the agent kept its bootstrap token")
+		}
+	})
+
 	It("runs two instances to Running, and refuses a third at admission", func() {
 		first, second = instance(tenant.Namespace, "ci-1", "build"), instance(tenant.Namespace, "ci-2", "build")
 		Expect(tenant.Client.Create(ctx, first)).To(Succeed())
