@@ -41,10 +41,10 @@ type Agent struct {
 	Serial, Node, StateDir string
 	// Bootstrap is the enrolment's token; the agent replaces it with its own.
 	Bootstrap string
-	stop                   context.CancelFunc
-	done                   chan error
-	once                   sync.Once
-	err                    error
+	stop      context.CancelFunc
+	done      chan error
+	once      sync.Once
+	err       error
 }
 
 // AgentOptions tune StartAgent.
