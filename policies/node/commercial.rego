@@ -21,41 +21,39 @@ import data.macrack.lib
 
 code := "node.commercial"
 
-is_class if input.request.kind.kind == "MacNodeClass"
-
-class_spec := object.get(lib.new, "spec", {})
+# One guard for the class checks, which then read the input directly.
+violations contains v if {
+	input.request.kind.kind == "MacNodeClass"
+	input.request.operation in {"CREATE", "UPDATE"}
+	some v in class_checks
+}
 
 # The class: disk and NIC floors.
 
-violations contains {"code": code, "message": msg} if {
-	is_class
-	lib.operation in {"CREATE", "UPDATE"}
-	"disk" in object.keys(class_spec)
-	not lib.is_quantity(class_spec.disk)
-	msg := sprintf("node.commercial: disk %s is not a quantity", [lib.show(class_spec.disk)])
+# A disk that is set (even to null) must be a quantity.
+class_checks contains {"code": code, "message": msg} if {
+	disk := input.object.spec.disk
+	not lib.is_quantity(disk)
+	msg := sprintf("node.commercial: disk %s is not a quantity", [lib.show(disk)])
 }
 
-violations contains {"code": code, "message": msg} if {
-	is_class
-	lib.operation in {"CREATE", "UPDATE"}
-	lib.quantity(class_spec.disk) < lib.one_terabyte
-	msg := sprintf("node.commercial: disk %s is below the 1T commercial floor", [lib.show(class_spec.disk)])
+class_checks contains {"code": code, "message": msg} if {
+	disk := input.object.spec.disk
+	lib.quantity(disk) < lib.one_terabyte
+	msg := sprintf("node.commercial: disk %s is below the 1T commercial floor", [lib.show(disk)])
 }
 
-violations contains {"code": code, "message": msg} if {
-	is_class
-	lib.operation in {"CREATE", "UPDATE"}
-	"networkGbps" in object.keys(class_spec)
-	not is_number(class_spec.networkGbps)
-	msg := sprintf("node.commercial: networkGbps %s is not a number", [lib.show(class_spec.networkGbps)])
+class_checks contains {"code": code, "message": msg} if {
+	gbps := input.object.spec.networkGbps
+	not is_number(gbps)
+	msg := sprintf("node.commercial: networkGbps %s is not a number", [lib.show(gbps)])
 }
 
-violations contains {"code": code, "message": msg} if {
-	is_class
-	lib.operation in {"CREATE", "UPDATE"}
-	is_number(class_spec.networkGbps)
-	class_spec.networkGbps < lib.min_network_gbps
-	msg := sprintf("node.commercial: networkGbps %v is below the 10 Gb commercial floor", [class_spec.networkGbps])
+class_checks contains {"code": code, "message": msg} if {
+	gbps := input.object.spec.networkGbps
+	is_number(gbps)
+	gbps < lib.min_network_gbps
+	msg := sprintf("node.commercial: networkGbps %v is below the 10 Gb commercial floor", [gbps])
 }
 
 # The node: it enters service only on facts that meet its class.
