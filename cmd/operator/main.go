@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -18,11 +16,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
-	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
-	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/operator"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
+	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
 	"github.com/boualleiguie/macrack-operator/policies"
 )
 
@@ -92,24 +88,8 @@ func envOr(key, fallback string) string {
 	return fallback
 }
 
-// newScheme registers every kind the operator reads or writes.
-func newScheme() (*runtime.Scheme, error) {
-	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{
-		clientgoscheme.AddToScheme,
-		fleetv1alpha1.AddToScheme,
-		leasingv1alpha1.AddToScheme,
-		computev1alpha1.AddToScheme,
-	} {
-		if err := add(s); err != nil {
-			return nil, fmt.Errorf("building scheme: %w", err)
-		}
-	}
-	return s, nil
-}
-
 func run(log logr.Logger, opts options) error {
-	scheme, err := newScheme()
+	scheme, err := macrackscheme.New()
 	if err != nil {
 		return err
 	}

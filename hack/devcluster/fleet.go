@@ -14,14 +14,12 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/enroll"
+	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
 )
 
 // The simulated fleet of `make run`.
@@ -47,9 +45,10 @@ func startFleet(ctx context.Context, env *envtest.Environment, root string, n in
 		killHelpers(stateRoot)
 		_ = os.RemoveAll(stateRoot)
 	}
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = fleetv1alpha1.AddToScheme(scheme)
+	scheme, err := macrackscheme.New()
+	if err != nil {
+		return nil, cleanup, err
+	}
 	c, err := client.New(env.Config, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, cleanup, err

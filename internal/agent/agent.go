@@ -9,8 +9,6 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -23,6 +21,7 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
 	"github.com/boualleiguie/macrack-operator/internal/guest"
+	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
 )
 
 // Config is one host agent's settings.
@@ -55,11 +54,9 @@ type Config struct {
 
 // Run registers the chassis and runs the agent until ctx ends.
 func Run(ctx context.Context, cfg *rest.Config, c Config) error {
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, fleetv1alpha1.AddToScheme, computev1alpha1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			return err
-		}
+	scheme, err := macrackscheme.New()
+	if err != nil {
+		return err
 	}
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {

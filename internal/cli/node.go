@@ -2,18 +2,15 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/enroll"
+	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
 )
 
 const nodeUsage = `Manage chassis.
@@ -78,8 +75,8 @@ func runNode(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w: loading the kubeconfig: %w", errInput, err)
 	}
-	scheme := runtime.NewScheme()
-	if err := errors.Join(clientgoscheme.AddToScheme(scheme), fleetv1alpha1.AddToScheme(scheme)); err != nil {
+	scheme, err := macrackscheme.New()
+	if err != nil {
 		return err
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})

@@ -6,6 +6,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -131,7 +132,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	defer func() {
 		r.updateStatus(s)
 		if err := helper.Patch(ctx, lease); err != nil && !(s.released && apierrors.IsNotFound(err)) {
-			retErr = joinErr(retErr, fmt.Errorf("patching MacNodeLease %s: %w", req, err))
+			retErr = errors.Join(retErr, fmt.Errorf("patching MacNodeLease %s: %w", req, err))
 		}
 	}()
 
@@ -153,13 +154,6 @@ func (r *Reconciler) boundNode(ctx context.Context, lease *leasingv1alpha1.MacNo
 		}
 	}
 	return nil, nil
-}
-
-func joinErr(a, b error) error {
-	if a == nil {
-		return b
-	}
-	return fmt.Errorf("%w; %w", a, b)
 }
 
 // decide asks the policy about a status write the operator is about to make.

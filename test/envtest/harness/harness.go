@@ -11,14 +11,11 @@ import (
 	"runtime"
 
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
-	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
-	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
 )
 
 // ErrNoControlPlane means bin/k8s holds no kube-apiserver or etcd.
@@ -32,20 +29,7 @@ func RepoRoot() string {
 }
 
 // Scheme registers the core kinds and every MacRack kind.
-func Scheme() (*k8sruntime.Scheme, error) {
-	s := k8sruntime.NewScheme()
-	for _, add := range []func(*k8sruntime.Scheme) error{
-		clientgoscheme.AddToScheme,
-		fleetv1alpha1.AddToScheme,
-		leasingv1alpha1.AddToScheme,
-		computev1alpha1.AddToScheme,
-	} {
-		if err := add(s); err != nil {
-			return nil, fmt.Errorf("building scheme: %w", err)
-		}
-	}
-	return s, nil
-}
+func Scheme() (*k8sruntime.Scheme, error) { return macrackscheme.New() }
 
 // Env is a running control plane with the CRDs installed.
 type Env struct {
