@@ -93,10 +93,16 @@ var _ = Describe("(a) Two live instances per lease", func() {
 
 func setRuntime(ns, name string, phase computev1alpha1.VMPhase) {
 	GinkgoHelper()
-	i := &computev1alpha1.MacOSInstance{}
-	Expect(admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, i)).To(Succeed())
-	i.Status.Runtime = &computev1alpha1.RuntimeStatus{Phase: phase}
-	Expect(admin.Status().Update(ctx, i)).To(Succeed())
+	// The placement controller writes the instance's status too: retry on
+	// a conflict, as the agent's patch would never meet one.
+	Eventually(func() error {
+		i := &computev1alpha1.MacOSInstance{}
+		if err := admin.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, i); err != nil {
+			return err
+		}
+		i.Status.Runtime = &computev1alpha1.RuntimeStatus{Phase: phase}
+		return admin.Status().Update(ctx, i)
+	}).Should(Succeed())
 }
 
 var _ = Describe("(b) Tenant B", func() {
