@@ -5,16 +5,20 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/taints"
 )
 
@@ -100,7 +104,25 @@ func (e *Env) NewTenant(ctx context.Context, user string) (*Tenant, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := waitAllowed(ctx, c, ns.Name, "create", "macnodeleases"); err != nil {
+		return nil, fmt.Errorf("tenant %s in %s: %w", user, ns.Name, err)
+	}
 	return &Tenant{Namespace: ns.Name, User: user, Client: c}, nil
+}
+
+// waitAllowed polls until c may verb resource in namespace. The API server's
+// RBAC authorizer reads RoleBindings from an informer, so a binding just
+// created is not in force at once; a test that acts before it is refused 403.
+func waitAllowed(ctx context.Context, c client.Client, namespace, verb, resource string) error {
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: verb,
+				Group: leasingv1alpha1.GroupVersion.Group, Resource: resource}}}
+		if err := c.Create(ctx, review); err != nil {
+			return false, err
+		}
+		return review.Status.Allowed, nil
+	})
 }
 
 // ClientAs returns a client that impersonates user, in groups.
