@@ -51,11 +51,11 @@ func (e *Engine) prepare(in Input) (*prepared, error) {
 	if err := in.complete(); err != nil {
 		return nil, err
 	}
-	value, err := ast.InterfaceToValue(in.regoDoc())
+	value, err := e.input.value(&in)
 	if err != nil {
 		return nil, fmt.Errorf("%w: converting for Rego: %w", ErrInput, err)
 	}
-	return &prepared{in: in, rego: value, params: paramsObject(in.Params)}, nil
+	return &prepared{in: in, rego: value, params: e.celParams.object(in.Params)}, nil
 }
 
 // Decide evaluates every rule that applies to the request's kind. It fails

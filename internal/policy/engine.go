@@ -31,6 +31,10 @@ type Engine struct {
 	log      logr.Logger
 	metrics  *metrics
 	celFiles []*celFile
+	// input converts requests for Rego, sharing the parts that repeat.
+	input regoInput
+	// celParams holds the params ConfigMap objects the CEL twins receive.
+	celParams paramsCache
 }
 
 // Rule is one invariant and its engines.

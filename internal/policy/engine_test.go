@@ -204,9 +204,12 @@ func TestARuleReadingNowCannotBeDeployed(t *testing.T) {
 	for _, ident := range []string{"now", "inventory"} {
 		m := bundle(t)
 		src := string(m["lease/floor.cel.yaml"].Data)
-		m["lease/floor.cel.yaml"].Data = []byte(strings.Replace(src,
-			`expression: "!variables.hasMinimumDuration || variables.isDuration"`,
-			`expression: "!variables.hasMinimumDuration || variables.isDuration || `+ident+` == null"`, 1))
+		const from = `expression: "(oldObject == null && variables.boundAt == null) || size(variables.problems) == 0"`
+		if !strings.Contains(src, from) {
+			t.Fatalf("lease/floor.cel.yaml no longer has %s; update the test", from)
+		}
+		m["lease/floor.cel.yaml"].Data = []byte(strings.Replace(src, from,
+			`expression: "(oldObject == null && variables.boundAt == null) || size(variables.problems) == 0 || `+ident+` == null"`, 1))
 		_, err := policy.Load(context.Background(), m)
 		if !errors.Is(err, policy.ErrGenerate) || !strings.Contains(err.Error(), "references "+ident) {
 			t.Fatalf("%s: want ErrGenerate naming it, got %v", ident, err)

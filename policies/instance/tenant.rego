@@ -23,57 +23,65 @@ lease_name := object.get(lib.new, ["spec", "leaseName"], "")
 
 lease := object.get(input, ["inventory", "lease"], null)
 
-is_instance if input.request.kind.kind == "MacOSInstance"
+# One guard on the kind and the operation (which OPA indexes), and then only
+# the checks of that operation.
+violations contains v if {
+	input.request.kind.kind == "MacOSInstance"
+	input.request.operation == "CREATE"
+	some v in create_checks
+}
 
-violations contains {"code": code, "message": msg} if {
-	is_instance
-	lib.operation == "CREATE"
+violations contains v if {
+	input.request.kind.kind == "MacOSInstance"
+	input.request.operation == "UPDATE"
+	some v in update_checks
+}
+
+deny(msg) := {"code": code, "message": msg}
+
+create_checks contains deny(sprintf("instance.tenant: lease %s not found in namespace %s", [lease_name, namespace])) if {
 	not is_object(lease)
-	msg := sprintf("instance.tenant: lease %s not found in namespace %s", [lease_name, namespace])
 }
 
-violations contains {"code": code, "message": msg} if {
-	is_instance
-	lib.operation in {"CREATE", "UPDATE"}
+create_checks contains v if {
 	is_object(lease)
-	lease_ns := object.get(lease, ["metadata", "namespace"], "")
-	lease_ns != namespace
-	msg := sprintf("instance.tenant: an instance in namespace %s cannot use lease %s/%s of another namespace", [namespace, lease_ns, object.get(lease, ["metadata", "name"], "")])
+	some v in lease_checks
 }
 
-violations contains {"code": code, "message": msg} if {
-	is_instance
-	lib.operation in {"CREATE", "UPDATE"}
-	is_object(lease)
-	object.get(lease, ["metadata", "name"], "") != lease_name
-	msg := sprintf("instance.tenant: the instance names lease %s, but the lease supplied is %s", [lease_name, object.get(lease, ["metadata", "name"], "")])
-}
-
-violations contains {"code": code, "message": msg} if {
-	is_instance
-	lib.operation == "CREATE"
+create_checks contains deny(sprintf("instance.tenant: lease %s/%s is %s, not Bound; instances can be created only in a Bound lease", [namespace, lease_name, phase])) if {
 	is_object(lease)
 	phase := object.get(lease, ["status", "phase"], "Pending")
 	phase != "Bound"
-	msg := sprintf("instance.tenant: lease %s/%s is %s, not Bound; instances can be created only in a Bound lease", [namespace, lease_name, phase])
 }
 
-violations contains {"code": code, "message": msg} if {
-	is_instance
-	lib.operation == "CREATE"
+create_checks contains deny(sprintf("instance.tenant: lease %s/%s is being deleted; instances can be created only in a Bound lease", [namespace, lease_name])) if {
 	is_object(lease)
+	lease.metadata.deletionTimestamp != null
 	object.get(lease, ["status", "phase"], "Pending") == "Bound"
-	object.get(lease, ["metadata", "deletionTimestamp"], null) != null
-	msg := sprintf("instance.tenant: lease %s/%s is being deleted; instances can be created only in a Bound lease", [namespace, lease_name])
 }
 
-violations contains {"code": code, "message": msg} if {
-	is_instance
-	lib.operation == "UPDATE"
+update_checks contains v if {
+	is_object(lease)
+	some v in lease_checks
+}
+
+update_checks contains deny(msg) if {
 	node := object.get(lib.new, ["status", "nodeName"], "")
 	node != ""
 	node != object.get(lib.old, ["status", "nodeName"], "")
 	lease_node := object.get(input, ["inventory", "lease", "status", "nodeName"], "")
 	node != lease_node
 	msg := sprintf("instance.tenant: instance %s/%s can be placed only on its lease's node %s, not %s", [namespace, object.get(lib.new, ["metadata", "name"], ""), lib.show(lease_node), node])
+}
+
+# lease_checks hold on a supplied lease: it is in the instance's namespace,
+# and it is the one the instance names.
+lease_checks contains deny(sprintf("instance.tenant: an instance in namespace %s cannot use lease %s/%s of another namespace", [namespace, lease_ns, object.get(lease, ["metadata", "name"], "")])) if {
+	lease_ns := object.get(lease, ["metadata", "namespace"], "")
+	lease_ns != namespace
+}
+
+lease_checks contains deny(sprintf("instance.tenant: the instance names lease %s, but the lease supplied is %s", [lease_name, supplied])) if {
+	supplied := object.get(lease, ["metadata", "name"], "")
+	supplied != lease_name
 }

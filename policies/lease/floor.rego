@@ -16,57 +16,102 @@ import data.macrack.lib
 
 code := "lease.floor"
 
-# One guard for every check: a request of another kind or operation costs a
-# comparison, and the checks read the input directly.
-violations contains v if {
+# Every check opens with the same guard on the request's kind, which OPA's
+# rule index decides once, before it evaluates any body. The checks read the
+# input directly: on an admitted request a virtual document costs more than
+# the check itself (BENCHMARKS.md).
+
+# Not a duration: not a string, or a string that is not one (the pattern is
+# written out here, as calling lib.is_duration costs more than matching).
+violations contains {"code": code, "message": msg} if {
 	input.request.kind.kind == "MacNodeLease"
 	input.request.operation in {"CREATE", "UPDATE"}
-	some v in checks
-}
-
-# minimum_ns and old_minimum_ns are the written and the stored
-# minimumDuration, where each is a duration; evaluated once per request.
-minimum_ns := time.parse_duration_ns(input.object.spec.minimumDuration) if lib.is_duration(input.object.spec.minimumDuration)
-
-old_minimum_ns := time.parse_duration_ns(input.oldObject.spec.minimumDuration) if lib.is_duration(input.oldObject.spec.minimumDuration)
-
-# A minimumDuration that is set (even to null) must be a duration.
-checks contains {"code": code, "message": msg} if {
 	d := input.object.spec.minimumDuration
-	not minimum_ns
+	not is_string(d)
 	msg := sprintf("lease.floor: minimumDuration %s is not a duration such as 24h", [lib.show(d)])
 }
 
-checks contains {"code": code, "message": msg} if {
-	minimum_ns < lib.floor_ns
-	msg := sprintf("lease.floor: minimumDuration %s is below the 24h floor", [input.object.spec.minimumDuration])
+violations contains {"code": code, "message": msg} if {
+	input.request.kind.kind == "MacNodeLease"
+	input.request.operation in {"CREATE", "UPDATE"}
+	d := input.object.spec.minimumDuration
+	is_string(d)
+	not regex.match(`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`, d)
+	msg := sprintf("lease.floor: minimumDuration %s is not a duration such as 24h", [d])
 }
 
-bound_before if {
+violations contains {"code": code, "message": msg} if {
+	input.request.kind.kind == "MacNodeLease"
+	input.request.operation in {"CREATE", "UPDATE"}
+	d := input.object.spec.minimumDuration
+	is_string(d)
+	regex.match(`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`, d)
+	time.parse_duration_ns(d) < 86400000000000 # 24h: lib.floor_ns, written out, as a reference into another package costs more than the check
+	msg := sprintf("lease.floor: minimumDuration %s is below the 24h floor", [d])
+}
+
+# After binding (the stored lease has a boundAt), minimumDuration can be
+# neither removed nor shortened.
+
+violations contains {"code": code, "message": msg} if {
+	input.request.kind.kind == "MacNodeLease"
 	input.request.operation == "UPDATE"
 	input.oldObject.status.boundAt != null
+	old := input.oldObject.spec.minimumDuration
+	lib.is_duration(old)
+	not has_minimum
+	msg := sprintf("lease.floor: minimumDuration cannot be removed after binding (it was %s)", [old])
+}
+
+violations contains {"code": code, "message": msg} if {
+	input.request.kind.kind == "MacNodeLease"
+	input.request.operation == "UPDATE"
+	input.oldObject.status.boundAt != null
+	old := input.oldObject.spec.minimumDuration
+	d := input.object.spec.minimumDuration
+	lib.is_duration(old)
+	lib.is_duration(d)
+	time.parse_duration_ns(d) < time.parse_duration_ns(old)
+	msg := sprintf("lease.floor: minimumDuration cannot shrink after binding (from %s to %s)", [old, d])
 }
 
 has_minimum if {
 	_ = input.object.spec.minimumDuration
 }
 
-checks contains {"code": code, "message": msg} if {
-	bound_before
-	old_minimum_ns
-	not has_minimum
-	msg := sprintf("lease.floor: minimumDuration cannot be removed after binding (it was %s)", [input.oldObject.spec.minimumDuration])
+# status.earliestReleaseAt, once set, is never removed, never moved earlier,
+# and is at least minimumDuration after boundAt.
+
+violations contains {"code": code, "message": msg} if {
+	input.request.kind.kind == "MacNodeLease"
+	input.request.operation in {"CREATE", "UPDATE"}
+	old_era := input.oldObject.status.earliestReleaseAt
+	old_era != null
+	not new_era
+	msg := sprintf("lease.floor: status.earliestReleaseAt cannot be removed (it was %s)", [old_era])
 }
 
-checks contains {"code": code, "message": msg} if {
-	bound_before
-	minimum_ns < old_minimum_ns
-	msg := sprintf("lease.floor: minimumDuration cannot shrink after binding (from %s to %s)", [input.oldObject.spec.minimumDuration, input.object.spec.minimumDuration])
+violations contains {"code": code, "message": msg} if {
+	input.request.kind.kind == "MacNodeLease"
+	input.request.operation in {"CREATE", "UPDATE"}
+	old_era := input.oldObject.status.earliestReleaseAt
+	old_era != null
+	era := new_era
+	time.parse_rfc3339_ns(era) < time.parse_rfc3339_ns(old_era)
+	msg := sprintf("lease.floor: status.earliestReleaseAt cannot move earlier (from %s to %s)", [old_era, era])
 }
 
-old_era := e if {
-	e := input.oldObject.status.earliestReleaseAt
-	e != null
+violations contains {"code": code, "message": msg} if {
+	input.request.kind.kind == "MacNodeLease"
+	input.request.operation in {"CREATE", "UPDATE"}
+	bound := input.object.status.boundAt
+	bound != null
+	era := new_era
+	status_times_written
+	d := input.object.spec.minimumDuration
+	lib.is_duration(d)
+	time.parse_rfc3339_ns(era) - time.parse_rfc3339_ns(bound) < time.parse_duration_ns(d)
+	msg := sprintf("lease.floor: status.earliestReleaseAt %s is less than minimumDuration %s after boundAt %s", [era, d, bound])
 }
 
 new_era := e if {
@@ -74,28 +119,6 @@ new_era := e if {
 	e != null
 }
 
-checks contains {"code": code, "message": msg} if {
-	not new_era
-	msg := sprintf("lease.floor: status.earliestReleaseAt cannot be removed (it was %s)", [old_era])
-}
-
-checks contains {"code": code, "message": msg} if {
-	time.parse_rfc3339_ns(new_era) < time.parse_rfc3339_ns(old_era)
-	msg := sprintf("lease.floor: status.earliestReleaseAt cannot move earlier (from %s to %s)", [old_era, new_era])
-}
-
-# The check of earliestReleaseAt against boundAt applies when either is
-# written, so that a tenant may grow minimumDuration before the operator
-# extends earliestReleaseAt.
 status_times_written if object.get(input, ["object", "status", "earliestReleaseAt"], null) != object.get(input, ["oldObject", "status", "earliestReleaseAt"], null)
 
 status_times_written if object.get(input, ["object", "status", "boundAt"], null) != object.get(input, ["oldObject", "status", "boundAt"], null)
-
-checks contains {"code": code, "message": msg} if {
-	bound := input.object.status.boundAt
-	bound != null
-	era := new_era
-	status_times_written
-	time.parse_rfc3339_ns(era) - time.parse_rfc3339_ns(bound) < minimum_ns
-	msg := sprintf("lease.floor: status.earliestReleaseAt %s is less than minimumDuration %s after boundAt %s", [era, input.object.spec.minimumDuration, bound])
-}

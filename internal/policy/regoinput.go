@@ -1,0 +1,161 @@
+package policy
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// regoInput builds the value Rego reads straight from the Input, without the
+// intermediate JSON document of regoDoc: on a realistic request the
+// conversion costs as much as a rule. The parts that repeat across requests
+// (the request's kind and resource, the params) are converted once and
+// shared; OPA values are immutable, so sharing them is safe. A test holds it
+// equal to ast.InterfaceToValue(regoDoc()).
+type regoInput struct {
+	kinds     termCache[schema.GroupVersionKind]
+	resources termCache[schema.GroupVersionResource]
+	params    termCache[Params]
+}
+
+// termCacheSize bounds each cache: the kinds, resources and params a
+// deployment sees are few, and a caller that sends many (a fuzzer) must not
+// grow memory; past the bound, terms are built afresh.
+const termCacheSize = 256
+
+// termCache holds converted terms by key, up to termCacheSize.
+type termCache[K comparable] struct {
+	mu    sync.RWMutex
+	terms map[K]*ast.Term
+}
+
+func (c *termCache[K]) get(k K, build func() (*ast.Term, error)) (*ast.Term, error) {
+	c.mu.RLock()
+	t, ok := c.terms[k]
+	c.mu.RUnlock()
+	if ok {
+		return t, nil
+	}
+	t, err := build()
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.terms == nil {
+		c.terms = map[K]*ast.Term{}
+	}
+	if len(c.terms) < termCacheSize {
+		c.terms[k] = t
+	}
+	return t, nil
+}
+
+var (
+	keyRequest     = ast.InternedTerm("request")
+	keyOperation   = ast.InternedTerm("operation")
+	keyKind        = ast.InternedTerm("kind")
+	keyResource    = ast.InternedTerm("resource")
+	keySubResource = ast.InternedTerm("subResource")
+	keyName        = ast.InternedTerm("name")
+	keyNamespace   = ast.InternedTerm("namespace")
+	keyUserInfo    = ast.InternedTerm("userInfo")
+	keyUsername    = ast.InternedTerm("username")
+	keyUID         = ast.InternedTerm("uid")
+	keyGroups      = ast.InternedTerm("groups")
+	keyGroup       = ast.InternedTerm("group")
+	keyVersion     = ast.InternedTerm("version")
+	keyParams      = ast.InternedTerm("params")
+	keyData        = ast.InternedTerm("data")
+	keyNow         = ast.InternedTerm("now")
+	keyInventory   = ast.InternedTerm("inventory")
+	keyObject      = ast.InternedTerm("object")
+	keyOldObject   = ast.InternedTerm("oldObject")
+)
+
+func (c *regoInput) value(in *Input) (ast.Value, error) {
+	groups := make([]*ast.Term, len(in.Request.UserInfo.Groups))
+	for i, g := range in.Request.UserInfo.Groups {
+		groups[i] = ast.InternedTerm(g)
+	}
+	r := &in.Request
+	request := ast.NewObject(
+		[2]*ast.Term{keyOperation, ast.InternedTerm(r.Operation)},
+		[2]*ast.Term{keyKind, c.kind(r.Kind)},
+		[2]*ast.Term{keyResource, c.resource(r.Resource)},
+		[2]*ast.Term{keySubResource, ast.InternedTerm(r.SubResource)},
+		[2]*ast.Term{keyName, ast.InternedTerm(r.Name)},
+		[2]*ast.Term{keyNamespace, ast.InternedTerm(r.Namespace)},
+		[2]*ast.Term{keyUserInfo, ast.ObjectTerm(
+			[2]*ast.Term{keyUsername, ast.InternedTerm(r.UserInfo.Username)},
+			[2]*ast.Term{keyUID, ast.InternedTerm(r.UserInfo.UID)},
+			[2]*ast.Term{keyGroups, ast.ArrayTerm(groups...)},
+		)},
+	)
+	inventory, err := ast.InterfaceToValue(orEmpty(in.Inventory))
+	if err != nil {
+		return nil, fmt.Errorf("inventory: %w", err)
+	}
+	params, err := c.paramsTerm(in.Params)
+	if err != nil {
+		return nil, err
+	}
+	pairs := make([][2]*ast.Term, 0, 6)
+	pairs = append(pairs,
+		[2]*ast.Term{keyRequest, ast.NewTerm(request)},
+		[2]*ast.Term{keyParams, params},
+		[2]*ast.Term{keyNow, ast.StringTerm(in.Now.UTC().Format(time.RFC3339Nano))},
+		[2]*ast.Term{keyInventory, ast.NewTerm(inventory)},
+	)
+	// Absent objects are left out, as in regoDoc.
+	if in.Object != nil {
+		v, err := ast.InterfaceToValue(in.Object)
+		if err != nil {
+			return nil, fmt.Errorf("object: %w", err)
+		}
+		pairs = append(pairs, [2]*ast.Term{keyObject, ast.NewTerm(v)})
+	}
+	if in.OldObject != nil {
+		v, err := ast.InterfaceToValue(in.OldObject)
+		if err != nil {
+			return nil, fmt.Errorf("oldObject: %w", err)
+		}
+		pairs = append(pairs, [2]*ast.Term{keyOldObject, ast.NewTerm(v)})
+	}
+	return ast.NewObject(pairs...), nil
+}
+
+func (c *regoInput) kind(gvk schema.GroupVersionKind) *ast.Term {
+	t, _ := c.kinds.get(gvk, func() (*ast.Term, error) {
+		return ast.ObjectTerm(
+			[2]*ast.Term{keyGroup, ast.StringTerm(gvk.Group)},
+			[2]*ast.Term{keyVersion, ast.StringTerm(gvk.Version)},
+			[2]*ast.Term{keyKind, ast.StringTerm(gvk.Kind)},
+		), nil
+	})
+	return t
+}
+
+func (c *regoInput) resource(gvr schema.GroupVersionResource) *ast.Term {
+	t, _ := c.resources.get(gvr, func() (*ast.Term, error) {
+		return ast.ObjectTerm(
+			[2]*ast.Term{keyGroup, ast.StringTerm(gvr.Group)},
+			[2]*ast.Term{keyVersion, ast.StringTerm(gvr.Version)},
+			[2]*ast.Term{keyResource, ast.StringTerm(gvr.Resource)},
+		), nil
+	})
+	return t
+}
+
+func (c *regoInput) paramsTerm(p Params) (*ast.Term, error) {
+	return c.params.get(p, func() (*ast.Term, error) {
+		v, err := ast.InterfaceToValue(map[string]any{"data": p.Data()})
+		if err != nil {
+			return nil, fmt.Errorf("params: %w", err)
+		}
+		return ast.NewTerm(v), nil
+	})
+}
