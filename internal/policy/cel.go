@@ -49,11 +49,15 @@ func compileVAP(envSet *environment.EnvSet, p *admissionregistrationv1.Validatin
 	if err != nil {
 		return nil, err
 	}
-	variables := make([]plugincel.NamedExpressionAccessor, len(p.Spec.Variables))
-	for i, v := range p.Spec.Variables {
-		variables[i] = &validating.Variable{Name: v.Name, Expression: v.Expression}
+	// The API server reports a variable that does not compile only when an
+	// expression reads it; here it fails the load.
+	var errs []string
+	for _, v := range p.Spec.Variables {
+		res := compiler.CompileAndStoreVariable(&validating.Variable{Name: v.Name, Expression: v.Expression}, optionalVars, environment.StoredExpressions)
+		if res.Error != nil {
+			errs = append(errs, fmt.Sprintf("variable %s: %v", v.Name, res.Error))
+		}
 	}
-	compiler.CompileAndStoreVariables(variables, optionalVars, environment.StoredExpressions)
 
 	c := &compiledVAP{}
 	if len(p.Spec.MatchConditions) > 0 {
@@ -74,7 +78,6 @@ func compileVAP(envSet *environment.EnvSet, p *admissionregistrationv1.Validatin
 	}
 	c.validations = compiler.CompileCondition(validations, optionalVars, environment.StoredExpressions)
 	c.messages = compiler.CompileCondition(messages, expressionOptionalVars, environment.StoredExpressions)
-	var errs []string
 	for _, e := range c.validations.CompilationErrors() {
 		errs = append(errs, e.Error())
 	}

@@ -266,3 +266,22 @@ func TestEveryCELTwinIsADeployablePolicy(t *testing.T) {
 		t.Errorf("no VAP for %s", id)
 	}
 }
+
+// TestAVariableThatDoesNotCompileFailsTheLoad: the API server would report it
+// only when an expression reads the variable; the engine refuses it at once.
+func TestAVariableThatDoesNotCompileFailsTheLoad(t *testing.T) {
+	m := bundle(t)
+	src := string(m["lease/floor.cel.yaml"].Data)
+	const from = `expression: "object.?status.?boundAt.orValue(null)"`
+	if !strings.Contains(src, from) {
+		t.Fatalf("lease/floor.cel.yaml no longer has %s; update the test", from)
+	}
+	if _, err := policy.Load(context.Background(), m); err != nil {
+		t.Fatalf("positive control: the bundle loads: %v", err)
+	}
+	m["lease/floor.cel.yaml"].Data = []byte(strings.Replace(src, from, `expression: "true ? null : 'x'"`, 1))
+	_, err := policy.Load(context.Background(), m)
+	if !errors.Is(err, policy.ErrLoad) || !strings.Contains(err.Error(), "variable boundAt") {
+		t.Fatalf("want ErrLoad naming variable boundAt, got %v", err)
+	}
+}

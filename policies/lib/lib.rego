@@ -5,13 +5,8 @@
 #   durations, time, identities, taints and instance liveness. They hold no rule.
 package macrack.lib
 
-# A Kubernetes quantity, as resource.ParseQuantity accepts it.
-quantity_pattern := `^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$`
-
-# A Go duration string, as the CRD schema accepts it.
-duration_pattern := `^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
-
-# The commercial floors.
+# The commercial floors. Hot paths in the rules write these out: reading a
+# rule, even a constant, costs each evaluation a few microseconds.
 floor_ns := 86400000000000 # 24h
 
 one_terabyte := 1000000000000 # 1T = 10^12 bytes
@@ -36,6 +31,11 @@ sub_resource := object.get(input.request, "subResource", "")
 
 username := object.get(input.request, ["userInfo", "username"], "")
 
+# A Kubernetes quantity, as resource.ParseQuantity accepts it, and a Go
+# duration, as the CRD schema accepts it. The patterns are written out in
+# each helper, not read from a rule (see above); lib_test.rego and the
+# vectors hold them to what Kubernetes accepts.
+#
 # A number is a quantity when it is whole, as the API server decodes JSON
 # integers; a fractional number is not.
 is_quantity(x) if {
@@ -45,11 +45,12 @@ is_quantity(x) if {
 
 is_quantity(x) if {
 	is_string(x)
-	regex.match(quantity_pattern, x)
+	regex.match(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$`, x)
 }
 
 # quantity is the value of a quantity; units.parse, never units.parse_bytes,
 # which reads "m" as mega. units.parse has no n or u, so those scale by hand.
+# Each body tests the cheap type and suffix first.
 quantity(x) := x if {
 	is_number(x)
 	x == floor(x)
@@ -57,26 +58,26 @@ quantity(x) := x if {
 
 quantity(x) := units.parse(x) if {
 	is_string(x)
-	regex.match(quantity_pattern, x)
 	not endswith(x, "n")
 	not endswith(x, "u")
+	regex.match(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$`, x)
 }
 
 quantity(x) := units.parse(trim_suffix(x, "n")) / 1000000000 if {
 	is_string(x)
-	regex.match(quantity_pattern, x)
 	endswith(x, "n")
+	regex.match(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$`, x)
 }
 
 quantity(x) := units.parse(trim_suffix(x, "u")) / 1000000 if {
 	is_string(x)
-	regex.match(quantity_pattern, x)
 	endswith(x, "u")
+	regex.match(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$`, x)
 }
 
 is_duration(x) if {
 	is_string(x)
-	regex.match(duration_pattern, x)
+	regex.match(`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`, x)
 }
 
 # show renders a value for a message: strings as they are, others as JSON.

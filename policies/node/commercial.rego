@@ -21,44 +21,77 @@ import data.macrack.lib
 
 code := "node.commercial"
 
-# One guard for the class checks, which then read the input directly.
-violations contains v if {
+# A class: disk a quantity of at least 1T, networkGbps a number of at least
+# 10. Each check opens with the guard on the kind, which OPA's rule index
+# decides before it evaluates a body, and reads the input directly; the
+# floors are written out (lib.one_terabyte, lib.min_network_gbps), and so is
+# lib.quantity's common case, as a reference into another package costs more
+# than a check.
+
+violations contains {"code": code, "message": sprintf("node.commercial: disk %s is not a quantity", [lib.show(disk)])} if {
 	input.request.kind.kind == "MacNodeClass"
 	input.request.operation in {"CREATE", "UPDATE"}
-	some v in class_checks
-}
-
-# The class: disk and NIC floors.
-
-# A disk that is set (even to null) must be a quantity.
-class_checks contains {"code": code, "message": msg} if {
 	disk := input.object.spec.disk
+	not is_string(disk)
 	not lib.is_quantity(disk)
-	msg := sprintf("node.commercial: disk %s is not a quantity", [lib.show(disk)])
 }
 
-class_checks contains {"code": code, "message": msg} if {
+violations contains {"code": code, "message": sprintf("node.commercial: disk %s is not a quantity", [disk])} if {
+	input.request.kind.kind == "MacNodeClass"
+	input.request.operation in {"CREATE", "UPDATE"}
 	disk := input.object.spec.disk
-	lib.quantity(disk) < lib.one_terabyte
-	msg := sprintf("node.commercial: disk %s is below the 1T commercial floor", [lib.show(disk)])
+	is_string(disk)
+	not regex.match(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$`, disk)
 }
 
-class_checks contains {"code": code, "message": msg} if {
+violations contains {"code": code, "message": below_disk_floor(disk)} if {
+	input.request.kind.kind == "MacNodeClass"
+	input.request.operation in {"CREATE", "UPDATE"}
+	disk := input.object.spec.disk
+	is_string(disk)
+	not endswith(disk, "n")
+	not endswith(disk, "u")
+	regex.match(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$`, disk)
+	units.parse(disk) < 1000000000000
+}
+
+violations contains {"code": code, "message": below_disk_floor(disk)} if {
+	input.request.kind.kind == "MacNodeClass"
+	input.request.operation in {"CREATE", "UPDATE"}
+	disk := input.object.spec.disk
+	not is_string(disk)
+	lib.quantity(disk) < 1000000000000
+}
+
+violations contains {"code": code, "message": below_disk_floor(disk)} if {
+	input.request.kind.kind == "MacNodeClass"
+	input.request.operation in {"CREATE", "UPDATE"}
+	disk := input.object.spec.disk
+	is_string(disk)
+	regex.match(`[nu]$`, disk)
+	lib.quantity(disk) < 1000000000000
+}
+
+below_disk_floor(disk) := sprintf("node.commercial: disk %s is below the 1T commercial floor", [lib.show(disk)])
+
+violations contains {"code": code, "message": sprintf("node.commercial: networkGbps %s is not a number", [lib.show(gbps)])} if {
+	input.request.kind.kind == "MacNodeClass"
+	input.request.operation in {"CREATE", "UPDATE"}
 	gbps := input.object.spec.networkGbps
 	not is_number(gbps)
-	msg := sprintf("node.commercial: networkGbps %s is not a number", [lib.show(gbps)])
 }
 
-class_checks contains {"code": code, "message": msg} if {
+violations contains {"code": code, "message": sprintf("node.commercial: networkGbps %v is below the 10 Gb commercial floor", [gbps])} if {
+	input.request.kind.kind == "MacNodeClass"
+	input.request.operation in {"CREATE", "UPDATE"}
 	gbps := input.object.spec.networkGbps
 	is_number(gbps)
-	gbps < lib.min_network_gbps
-	msg := sprintf("node.commercial: networkGbps %v is below the 10 Gb commercial floor", [gbps])
+	gbps < 10
 }
 
-# The node: it enters service only on facts that meet its class.
+# A MacNode enters service (Ready or Leased) only when what its agent
+# reports meets the commercial floors and its class.
 
-# reported(f) is one reported fact, or null.
 reported(f) := object.get(lib.new, ["status", "reported", f], null)
 
 class_field(f) := object.get(input, ["inventory", "nodeClass", "spec", f], null)
@@ -67,6 +100,7 @@ node_name := object.get(lib.new, ["metadata", "name"], "")
 
 violations contains {"code": code, "message": msg} if {
 	input.request.kind.kind == "MacNode"
+	input.request.operation == "UPDATE"
 	lib.enters_service
 	some problem in node_problems
 	msg := sprintf("node.commercial: MacNode %s cannot become %s: %s", [node_name, lib.new.status.phase, problem])

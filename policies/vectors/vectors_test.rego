@@ -800,6 +800,24 @@ test_quota_never_circumvent__a_node_advertising_2001m_macos_vms_is_refused if {
 	{v.code | some v in violations} == {"quota.never-circumvent"}
 }
 
+# quota_never_circumvent.yaml: a Node advertising 3000000000n macOS VMs is 3 and refused
+test_quota_never_circumvent__a_node_advertising_3000000000n_macos_vms_is_3_and_refused if {
+	violations := data.macrack.quota.never_circumvent.violations with input as {"inventory": {}, "now": "2026-06-01T15:00:00Z", "object": {"apiVersion": "v1", "kind": "Node", "metadata": {"labels": {"macrack.io/serial": "C02XL0GHJGH5"}, "name": "c02xl0ghjgh5"}, "spec": {"taints": [{"effect": "NoSchedule", "key": "macrack.io/unleased"}]}, "status": {"capacity": {"macrack.io/macos-vm": "3000000000n"}}}, "params": {"data": {"agentsNamespace": "macrack-agents", "operatorUsername": "system:serviceaccount:macrack-system:macrack-operator"}}, "request": {"kind": {"group": "", "kind": "Node", "version": "v1"}, "name": "c02xl0ghjgh5", "namespace": "", "operation": "CREATE", "resource": {"group": "", "resource": "nodes", "version": "v1"}, "subResource": "", "userInfo": {"groups": [], "uid": "", "username": "system:serviceaccount:macrack-agents:agent-c02xl0ghjgh5"}}}
+	{v.code | some v in violations} == {"quota.never-circumvent"}
+}
+
+# quota_never_circumvent.yaml: a Node advertising 2000000u macOS VMs is exactly 2 and allowed
+test_quota_never_circumvent__a_node_advertising_2000000u_macos_vms_is_exactly_2_and_allowed if {
+	violations := data.macrack.quota.never_circumvent.violations with input as {"inventory": {}, "now": "2026-06-01T15:00:00Z", "object": {"apiVersion": "v1", "kind": "Node", "metadata": {"labels": {"macrack.io/serial": "C02XL0GHJGH5"}, "name": "c02xl0ghjgh5"}, "spec": {"taints": [{"effect": "NoSchedule", "key": "macrack.io/unleased"}]}, "status": {"capacity": {"macrack.io/macos-vm": "2000000u"}}}, "params": {"data": {"agentsNamespace": "macrack-agents", "operatorUsername": "system:serviceaccount:macrack-system:macrack-operator"}}, "request": {"kind": {"group": "", "kind": "Node", "version": "v1"}, "name": "c02xl0ghjgh5", "namespace": "", "operation": "CREATE", "resource": {"group": "", "resource": "nodes", "version": "v1"}, "subResource": "", "userInfo": {"groups": [], "uid": "", "username": "system:serviceaccount:macrack-agents:agent-c02xl0ghjgh5"}}}
+	{v.code | some v in violations} == set()
+}
+
+# quota_never_circumvent.yaml: a Node advertising an integer 3 is refused, and 2.5 is not a quantity
+test_quota_never_circumvent__a_node_advertising_an_integer_3_is_refused_and_2_5_is_not_a_quantity if {
+	violations := data.macrack.quota.never_circumvent.violations with input as {"inventory": {}, "now": "2026-06-01T15:00:00Z", "object": {"apiVersion": "v1", "kind": "Node", "metadata": {"labels": {"macrack.io/serial": "C02XL0GHJGH5"}, "name": "c02xl0ghjgh5"}, "spec": {"taints": [{"effect": "NoSchedule", "key": "macrack.io/unleased"}]}, "status": {"allocatable": {"macrack.io/macos-vm": 3}, "capacity": {"macrack.io/macos-vm": 2.5}}}, "params": {"data": {"agentsNamespace": "macrack-agents", "operatorUsername": "system:serviceaccount:macrack-system:macrack-operator"}}, "request": {"kind": {"group": "", "kind": "Node", "version": "v1"}, "name": "c02xl0ghjgh5", "namespace": "", "operation": "CREATE", "resource": {"group": "", "resource": "nodes", "version": "v1"}, "subResource": "", "userInfo": {"groups": [], "uid": "", "username": "system:serviceaccount:macrack-agents:agent-c02xl0ghjgh5"}}}
+	{v.code | some v in violations} == {"quota.never-circumvent"}
+}
+
 # quota_never_circumvent.yaml: a Node without the macOS VM resource is not concerned
 test_quota_never_circumvent__a_node_without_the_macos_vm_resource_is_not_concerned if {
 	violations := data.macrack.quota.never_circumvent.violations with input as {"inventory": {}, "now": "2026-06-01T15:00:00Z", "object": {"apiVersion": "v1", "kind": "Node", "metadata": {"labels": {"macrack.io/serial": "C02XL0GHJGH5"}, "name": "c02xl0ghjgh5"}, "spec": {"taints": [{"effect": "NoSchedule", "key": "macrack.io/unleased"}]}, "status": {"capacity": {"cpu": "10"}}}, "params": {"data": {"agentsNamespace": "macrack-agents", "operatorUsername": "system:serviceaccount:macrack-system:macrack-operator"}}, "request": {"kind": {"group": "", "kind": "Node", "version": "v1"}, "name": "c02xl0ghjgh5", "namespace": "", "operation": "CREATE", "resource": {"group": "", "resource": "nodes", "version": "v1"}, "subResource": "", "userInfo": {"groups": [], "uid": "", "username": "system:serviceaccount:macrack-agents:agent-c02xl0ghjgh5"}}}
