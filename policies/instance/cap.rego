@@ -49,7 +49,7 @@ same_instance(i) if {
 
 violations contains {"code": code, "message": msg} if {
 	input.request.kind.kind == "MacOSInstance"
-	lib.operation == "CREATE"
+	input.request.operation == "CREATE"
 	live := others(object.get(input, ["inventory", "leaseInstances"], []))
 	count(live) >= cap
 	msg := sprintf("instance.cap: lease %s already has %d live instances (%s); a chassis runs at most %d", [
@@ -59,7 +59,7 @@ violations contains {"code": code, "message": msg} if {
 
 violations contains {"code": code, "message": msg} if {
 	input.request.kind.kind == "MacOSInstance"
-	lib.operation == "UPDATE"
+	input.request.operation == "UPDATE"
 	node := object.get(lib.new, ["status", "nodeName"], "")
 	node != ""
 	node != object.get(lib.old, ["status", "nodeName"], "")
@@ -70,7 +70,7 @@ violations contains {"code": code, "message": msg} if {
 
 violations contains {"code": code, "message": msg} if {
 	input.request.kind.kind == "MacNode"
-	lib.operation in {"CREATE", "UPDATE"}
+	input.request.operation in {"CREATE", "UPDATE"}
 	slots := object.get(lib.new, ["status", "slots"], [])
 	count(slots) > cap
 	msg := sprintf("instance.cap: MacNode %s has %d slots; its class allows at most %d", [name, count(slots), cap])

@@ -17,71 +17,77 @@ import data.macrack.lib
 
 code := "instance.tenant"
 
-namespace := object.get(lib.new, ["metadata", "namespace"], "")
+# Every check opens with the guard on the kind and the operation, which OPA's
+# rule index decides before it evaluates a body, and reads the input
+# directly: object.get(input, ["object", ...]) reads the object as lib.new
+# would ({} where absent or null), without the cost of a virtual document.
 
-lease_name := object.get(lib.new, ["spec", "leaseName"], "")
-
-lease := object.get(input, ["inventory", "lease"], null)
-
-# One guard on the kind and the operation (which OPA indexes), and then only
-# the checks of that operation.
-violations contains v if {
+violations contains {"code": code, "message": msg} if {
 	input.request.kind.kind == "MacOSInstance"
 	input.request.operation == "CREATE"
-	some v in create_checks
+	not is_object(input.inventory.lease)
+	msg := sprintf("instance.tenant: lease %s not found in namespace %s", [lease_name, namespace])
 }
 
-violations contains v if {
+# The supplied lease is in the instance's namespace, and is the one it names.
+
+violations contains {"code": code, "message": msg} if {
 	input.request.kind.kind == "MacOSInstance"
-	input.request.operation == "UPDATE"
-	some v in update_checks
-}
-
-deny(msg) := {"code": code, "message": msg}
-
-create_checks contains deny(sprintf("instance.tenant: lease %s not found in namespace %s", [lease_name, namespace])) if {
-	not is_object(lease)
-}
-
-create_checks contains v if {
+	input.request.operation in {"CREATE", "UPDATE"}
+	lease := input.inventory.lease
 	is_object(lease)
-	some v in lease_checks
+	lease_ns := object.get(lease, ["metadata", "namespace"], "")
+	lease_ns != object.get(input, ["object", "metadata", "namespace"], "")
+	msg := sprintf("instance.tenant: an instance in namespace %s cannot use lease %s/%s of another namespace", [namespace, lease_ns, object.get(lease, ["metadata", "name"], "")])
 }
 
-create_checks contains deny(sprintf("instance.tenant: lease %s/%s is %s, not Bound; instances can be created only in a Bound lease", [namespace, lease_name, phase])) if {
+violations contains {"code": code, "message": msg} if {
+	input.request.kind.kind == "MacOSInstance"
+	input.request.operation in {"CREATE", "UPDATE"}
+	lease := input.inventory.lease
+	is_object(lease)
+	supplied := object.get(lease, ["metadata", "name"], "")
+	supplied != object.get(input, ["object", "spec", "leaseName"], "")
+	msg := sprintf("instance.tenant: the instance names lease %s, but the lease supplied is %s", [lease_name, supplied])
+}
+
+# A new instance needs a Bound lease that is not being deleted.
+
+violations contains {"code": code, "message": msg} if {
+	input.request.kind.kind == "MacOSInstance"
+	input.request.operation == "CREATE"
+	lease := input.inventory.lease
 	is_object(lease)
 	phase := object.get(lease, ["status", "phase"], "Pending")
 	phase != "Bound"
+	msg := sprintf("instance.tenant: lease %s/%s is %s, not Bound; instances can be created only in a Bound lease", [namespace, lease_name, phase])
 }
 
-create_checks contains deny(sprintf("instance.tenant: lease %s/%s is being deleted; instances can be created only in a Bound lease", [namespace, lease_name])) if {
+violations contains {"code": code, "message": msg} if {
+	input.request.kind.kind == "MacOSInstance"
+	input.request.operation == "CREATE"
+	lease := input.inventory.lease
 	is_object(lease)
 	lease.metadata.deletionTimestamp != null
 	object.get(lease, ["status", "phase"], "Pending") == "Bound"
+	msg := sprintf("instance.tenant: lease %s/%s is being deleted; instances can be created only in a Bound lease", [namespace, lease_name])
 }
 
-update_checks contains v if {
-	is_object(lease)
-	some v in lease_checks
-}
+# An instance is placed only on its lease's node.
 
-update_checks contains deny(msg) if {
-	node := object.get(lib.new, ["status", "nodeName"], "")
+violations contains {"code": code, "message": msg} if {
+	input.request.kind.kind == "MacOSInstance"
+	input.request.operation == "UPDATE"
+	node := object.get(input, ["object", "status", "nodeName"], "")
 	node != ""
-	node != object.get(lib.old, ["status", "nodeName"], "")
+	node != object.get(input, ["oldObject", "status", "nodeName"], "")
 	lease_node := object.get(input, ["inventory", "lease", "status", "nodeName"], "")
 	node != lease_node
 	msg := sprintf("instance.tenant: instance %s/%s can be placed only on its lease's node %s, not %s", [namespace, object.get(lib.new, ["metadata", "name"], ""), lib.show(lease_node), node])
 }
 
-# lease_checks hold on a supplied lease: it is in the instance's namespace,
-# and it is the one the instance names.
-lease_checks contains deny(sprintf("instance.tenant: an instance in namespace %s cannot use lease %s/%s of another namespace", [namespace, lease_ns, object.get(lease, ["metadata", "name"], "")])) if {
-	lease_ns := object.get(lease, ["metadata", "namespace"], "")
-	lease_ns != namespace
-}
+# For messages.
 
-lease_checks contains deny(sprintf("instance.tenant: the instance names lease %s, but the lease supplied is %s", [lease_name, supplied])) if {
-	supplied := object.get(lease, ["metadata", "name"], "")
-	supplied != lease_name
-}
+namespace := object.get(lib.new, ["metadata", "namespace"], "")
+
+lease_name := object.get(lib.new, ["spec", "leaseName"], "")

@@ -130,10 +130,10 @@ live(instance) if {
 
 # vm_capacity is the inventory class's capacity, never above the kernel's
 # two, and two when the class is unknown.
-vm_capacity := min([c, max_vms]) if {
-	c := object.get(input, ["inventory", "nodeClass", "spec", "vmCapacity"], null)
+vm_capacity := min([c, 2]) if {
+	c := input.inventory.nodeClass.spec.vmCapacity
 	is_number(c)
-} else := max_vms
+} else := 2
 
 # Phases in which a MacNode may host a lease.
 serving_phases := {"Ready", "Leased"}
