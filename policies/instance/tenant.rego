@@ -25,7 +25,10 @@ code := "instance.tenant"
 violations contains {"code": code, "message": msg} if {
 	input.request.kind.kind == "MacOSInstance"
 	input.request.operation == "CREATE"
-	not is_object(input.inventory.lease)
+
+	# object.get, not input.inventory.lease: OPA would lift an undefined
+	# reference out of the negation, and the body would fail.
+	not is_object(object.get(input, ["inventory", "lease"], null))
 	msg := sprintf("instance.tenant: lease %s not found in namespace %s", [lease_name, namespace])
 }
 

@@ -332,6 +332,12 @@ test_instance_tenant__an_instance_naming_a_lease_that_does_not_exist_is_refused 
 	{v.code | some v in violations} == {"instance.tenant"}
 }
 
+# instance_tenant.yaml: an instance whose lease the inventory does not hold is refused
+test_instance_tenant__an_instance_whose_lease_the_inventory_does_not_hold_is_refused if {
+	violations := data.macrack.instance.tenant.violations with input as {"inventory": {}, "now": "2026-06-01T15:00:00Z", "object": {"apiVersion": "compute.macrack.io/v1alpha1", "kind": "MacOSInstance", "metadata": {"name": "ci-1", "namespace": "tenant-b"}, "spec": {"cpu": 4, "disk": "200Gi", "imageName": "sequoia-15.5-xcode-16.4", "leaseName": "build-mini", "memory": "8Gi"}}, "params": {"data": {"agentsNamespace": "macrack-agents", "operatorUsername": "system:serviceaccount:macrack-system:macrack-operator"}}, "request": {"kind": {"group": "compute.macrack.io", "kind": "MacOSInstance", "version": "v1alpha1"}, "name": "ci-1", "namespace": "tenant-b", "operation": "CREATE", "resource": {"group": "compute.macrack.io", "resource": "macosinstances", "version": "v1alpha1"}, "subResource": "", "userInfo": {"groups": [], "uid": "", "username": "bob"}}}
+	{v.code | some v in violations} == {"instance.tenant"}
+}
+
 # instance_tenant.yaml: an instance in a Held lease is refused
 test_instance_tenant__an_instance_in_a_held_lease_is_refused if {
 	violations := data.macrack.instance.tenant.violations with input as {"inventory": {"lease": {"apiVersion": "leasing.macrack.io/v1alpha1", "kind": "MacNodeLease", "metadata": {"name": "build-mini", "namespace": "tenant-b", "uid": "bbbbbbbb-0000-4000-8000-000000000002"}, "spec": {"minimumDuration": "24h", "nodeClassName": "m4-16g-1t"}, "status": {"nodeName": "c02xl0ghjghb", "phase": "Held", "serial": "C02XL0GHJGHB"}}}, "now": "2026-06-01T15:00:00Z", "object": {"apiVersion": "compute.macrack.io/v1alpha1", "kind": "MacOSInstance", "metadata": {"name": "ci-1", "namespace": "tenant-b"}, "spec": {"cpu": 4, "disk": "200Gi", "imageName": "sequoia-15.5-xcode-16.4", "leaseName": "build-mini", "memory": "8Gi"}}, "params": {"data": {"agentsNamespace": "macrack-agents", "operatorUsername": "system:serviceaccount:macrack-system:macrack-operator"}}, "request": {"kind": {"group": "compute.macrack.io", "kind": "MacOSInstance", "version": "v1alpha1"}, "name": "ci-1", "namespace": "tenant-b", "operation": "CREATE", "resource": {"group": "compute.macrack.io", "resource": "macosinstances", "version": "v1alpha1"}, "subResource": "", "userInfo": {"groups": [], "uid": "", "username": "bob"}}}
