@@ -9,6 +9,7 @@ import (
 
 	celtypes "github.com/google/cel-go/common/types"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -222,11 +223,18 @@ func (c *paramsCache) object(p Params) runtime.Object {
 	return o
 }
 
-// paramsObject is the params ConfigMap the in-process twin receives.
+// paramsObject is the params ConfigMap the in-process twin receives. It is
+// typed, as the API server's informer would hold it: the API server's CEL
+// reads a typed object lazily, field by field, where an unstructured one is
+// converted whole through JSON on every evaluation.
 func paramsObject(p Params) runtime.Object {
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "v1", "kind": "ConfigMap",
-		"metadata": map[string]any{"name": ParamsConfigMapName, "namespace": DefaultParamsNamespace},
-		"data":     p.Data(),
-	}}
+	data := map[string]string{}
+	for k, v := range p.Data() {
+		data[k], _ = v.(string)
+	}
+	return &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Name: ParamsConfigMapName, Namespace: DefaultParamsNamespace},
+		Data:       data,
+	}
 }

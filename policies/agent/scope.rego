@@ -28,112 +28,108 @@ import data.macrack.lib
 
 code := "agent.scope"
 
-kind := input.request.kind.kind
+# Every check opens with the guard on the request's kind (and, where it
+# narrows, the operation), which OPA's rule index decides before it
+# evaluates a body, and then binds the agent's node, which holds only for an
+# agent. The checks read the input directly: object.get(input, ["object",
+# ...]) reads the object as lib.new would ({} where absent or null), without
+# the cost of a virtual document.
 
-node := lib.agent_node
-
-is_agent if node
-
-tenant_label := "macrack.io/tenant"
-
-disk_wipe := "macrack.io/disk-wipe"
-
-name := object.get(lib.new, ["metadata", "name"], object.get(lib.old, ["metadata", "name"], ""))
-
-# Only ServiceAccounts can be agents, and only these kinds concern them; one
-# guard, and then only the checks of the request's kind.
-violations contains v if {
-	startswith(lib.username, "system:serviceaccount:")
-	kind in {"Node", "MacNode", "MacOSInstance", "Lease", "TokenRequest"}
-	some v in checks
+# node is the requesting agent's node: the ServiceAccount agent-<node> in the
+# agents' namespace (lib.agent_node, read from the input here).
+node := trim_prefix(username, prefix) if {
+	ns := input.params.data.agentsNamespace
+	is_string(ns)
+	ns != ""
+	prefix := concat("", ["system:serviceaccount:", ns, ":agent-"])
+	startswith(username, prefix)
 }
+
+username := object.get(input, ["request", "userInfo", "username"], "")
 
 # For a ServiceAccount, a missing agents' namespace parameter fails closed.
-checks contains {"code": code, "message": "agent.scope: the agents' namespace parameter (params.data.agentsNamespace) is not set"} if {
+violations contains {"code": code, "message": "agent.scope: the agents' namespace parameter (params.data.agentsNamespace) is not set"} if {
+	input.request.kind.kind in {"Node", "MacNode", "MacOSInstance", "Lease", "TokenRequest"}
+	startswith(username, "system:serviceaccount:")
 	not lib.agents_namespace
-}
-
-checks contains v if {
-	is_agent
-	kind == "Node"
-	some v in node_checks
-}
-
-checks contains v if {
-	is_agent
-	kind == "MacNode"
-	some v in macnode_checks
-}
-
-checks contains v if {
-	is_agent
-	kind == "MacOSInstance"
-	some v in instance_checks
-}
-
-checks contains v if {
-	is_agent
-	kind == "Lease"
-	some v in lease_checks
-}
-
-checks contains v if {
-	is_agent
-	kind == "TokenRequest"
-	some v in token_checks
 }
 
 deny(msg) := {"code": code, "message": sprintf("agent.scope: agent %s %s", [node, msg])}
 
-tenant_label_of(o) := object.get(o, ["metadata", "labels", tenant_label], null)
+# name is the name of the object written (or, on DELETE, of the stored one).
+name := object.get(input, ["object", "metadata", "name"], object.get(input, ["oldObject", "metadata", "name"], ""))
 
-# Node
+# Node: created only with exactly the macrack.io/unleased taint among
+# macrack.io/ taints and no tenant label; afterwards no change to either, and
+# no delete.
 
-node_checks contains deny(sprintf("may not write Node %s", [name])) if {
+violations contains deny(sprintf("may not write Node %s", [name])) if {
+	input.request.kind.kind == "Node"
+	node
 	name != node
 }
 
-node_checks contains deny("may not delete its Node") if {
-	lib.operation == "DELETE"
+violations contains deny("may not delete its Node") if {
+	input.request.kind.kind == "Node"
+	input.request.operation == "DELETE"
+	node
 }
 
-node_checks contains deny(sprintf("must create its Node with exactly the macrack.io/unleased taint among macrack.io/ taints, not %v", [sort(lib.macrack_taint_keys(lib.new))])) if {
-	lib.operation == "CREATE"
-	lib.macrack_taint_keys(lib.new) != {"macrack.io/unleased"}
+violations contains deny(sprintf("must create its Node with exactly the macrack.io/unleased taint among macrack.io/ taints, not %v", [sort(keys)])) if {
+	input.request.kind.kind == "Node"
+	input.request.operation == "CREATE"
+	node
+	keys := {t.key |
+		some t in object.get(input, ["object", "spec", "taints"], [])
+		startswith(t.key, "macrack.io/")
+	}
+	keys != {"macrack.io/unleased"}
 }
 
-node_checks contains deny("may not set the macrack.io/tenant label") if {
-	lib.operation == "CREATE"
-	tenant_label_of(lib.new) != null
+violations contains deny("may not set the macrack.io/tenant label") if {
+	input.request.kind.kind == "Node"
+	input.request.operation == "CREATE"
+	node
+	object.get(input, ["object", "metadata", "labels", "macrack.io/tenant"], null) != null
 }
 
-node_checks contains deny("may not change macrack.io/ taints on its Node") if {
-	lib.operation == "UPDATE"
+violations contains deny("may not change macrack.io/ taints on its Node") if {
+	input.request.kind.kind == "Node"
+	input.request.operation == "UPDATE"
+	node
 	lib.macrack_taints(lib.new) != lib.macrack_taints(lib.old)
 }
 
-node_checks contains deny("may not change the macrack.io/tenant label on its Node") if {
-	lib.operation == "UPDATE"
-	tenant_label_of(lib.new) != tenant_label_of(lib.old)
+violations contains deny("may not change the macrack.io/tenant label on its Node") if {
+	input.request.kind.kind == "Node"
+	input.request.operation == "UPDATE"
+	node
+	object.get(input, ["object", "metadata", "labels", "macrack.io/tenant"], null) != object.get(input, ["oldObject", "metadata", "labels", "macrack.io/tenant"], null)
 }
 
-# MacNode
+# MacNode: only status.reported changes.
 
-macnode_checks contains deny(sprintf("may not %s a MacNode", [lower(lib.operation)])) if {
-	lib.operation in {"CREATE", "DELETE"}
+violations contains deny(sprintf("may not %s a MacNode", [lower(input.request.operation)])) if {
+	input.request.kind.kind == "MacNode"
+	input.request.operation in {"CREATE", "DELETE"}
+	node
 }
 
-macnode_checks contains deny(sprintf("may not write MacNode %s", [name])) if {
-	lib.operation == "UPDATE"
+violations contains deny(sprintf("may not write MacNode %s", [name])) if {
+	input.request.kind.kind == "MacNode"
+	input.request.operation == "UPDATE"
+	node
 	name != node
 }
 
-operator_status_fields := ["phase", "observedGeneration", "conditions", "binding", "slots", "history"]
-
-macnode_checks contains deny(sprintf("may change only status.reported of its MacNode, not %s", [field])) if {
-	lib.operation == "UPDATE"
+violations contains deny(sprintf("may change only status.reported of its MacNode, not %s", [field])) if {
+	input.request.kind.kind == "MacNode"
+	input.request.operation == "UPDATE"
+	node
 	some field in changed_macnode_fields
 }
+
+operator_status_fields := ["phase", "observedGeneration", "conditions", "binding", "slots", "history"]
 
 changed_macnode_fields contains "spec" if object.get(lib.new, "spec", {}) != object.get(lib.old, "spec", {})
 
@@ -157,22 +153,31 @@ meta_changed(f) if {
 	object.get(lib.new, ["metadata", f], []) != object.get(lib.old, ["metadata", f], [])
 }
 
-# MacOSInstance
+# MacOSInstance: only those placed on its node, and only status.runtime and
+# the macrack.io/disk-wipe finalizer.
 
-instance_checks contains deny(sprintf("may not %s a MacOSInstance", [lower(lib.operation)])) if {
-	lib.operation in {"CREATE", "DELETE"}
+violations contains deny(sprintf("may not %s a MacOSInstance", [lower(input.request.operation)])) if {
+	input.request.kind.kind == "MacOSInstance"
+	input.request.operation in {"CREATE", "DELETE"}
+	node
 }
 
-instance_checks contains deny(sprintf("may write only instances placed on its node, not one on %s", [lib.show(placed)])) if {
-	lib.operation == "UPDATE"
-	some placed in {object.get(lib.old, ["status", "nodeName"], ""), object.get(lib.new, ["status", "nodeName"], "")}
+violations contains deny(sprintf("may write only instances placed on its node, not one on %s", [lib.show(placed)])) if {
+	input.request.kind.kind == "MacOSInstance"
+	input.request.operation == "UPDATE"
+	node
+	some placed in {object.get(input, ["oldObject", "status", "nodeName"], ""), object.get(input, ["object", "status", "nodeName"], "")}
 	placed != node
 }
 
-instance_checks contains deny(sprintf("may change only status.runtime and the macrack.io/disk-wipe finalizer of an instance, not %s", [field])) if {
-	lib.operation == "UPDATE"
+violations contains deny(sprintf("may change only status.runtime and the macrack.io/disk-wipe finalizer of an instance, not %s", [field])) if {
+	input.request.kind.kind == "MacOSInstance"
+	input.request.operation == "UPDATE"
+	node
 	some field in changed_instance_fields
 }
+
+disk_wipe := "macrack.io/disk-wipe"
 
 changed_instance_fields contains "spec" if object.get(lib.new, "spec", {}) != object.get(lib.old, "spec", {})
 
@@ -194,8 +199,10 @@ other_finalizers(o) := [f | some f in object.get(o, ["metadata", "finalizers"], 
 
 # coordination.k8s.io Lease: its heartbeat only.
 
-lease_checks contains deny(sprintf("may write only its own Lease kube-node-lease/%s, not %s/%s", [node, namespace, name])) if {
+violations contains deny(sprintf("may write only its own Lease kube-node-lease/%s, not %s/%s", [node, namespace, name])) if {
+	input.request.kind.kind == "Lease"
 	input.request.kind.group == "coordination.k8s.io"
+	node
 	namespace := object.get(input.request, "namespace", "")
 	not own_node_lease(namespace)
 }
@@ -207,7 +214,9 @@ own_node_lease(namespace) if {
 
 # Tokens: for itself only.
 
-token_checks contains deny(sprintf("may request tokens only for itself, not for %s/%s", [namespace, sa])) if {
+violations contains deny(sprintf("may request tokens only for itself, not for %s/%s", [namespace, sa])) if {
+	input.request.kind.kind == "TokenRequest"
+	node
 	namespace := object.get(input.request, "namespace", "")
 	sa := object.get(input.request, "name", "")
 	not own_service_account(namespace, sa)
