@@ -110,20 +110,27 @@ func (c *regoInput) value(in *Input) (ast.Value, error) {
 		[2]*ast.Term{keyNow, ast.StringTerm(in.Now.UTC().Format(time.RFC3339Nano))},
 		[2]*ast.Term{keyInventory, ast.NewTerm(inventory)},
 	)
-	// Absent objects are left out, as in regoDoc.
-	if in.Object != nil {
-		v, err := ast.InterfaceToValue(in.Object)
-		if err != nil {
-			return nil, fmt.Errorf("object: %w", err)
-		}
-		pairs = append(pairs, [2]*ast.Term{keyObject, ast.NewTerm(v)})
-	}
+	// Absent objects are left out, as in regoDoc. The object shares the
+	// terms of what it has in common with the oldObject.
+	var oldV ast.Value
 	if in.OldObject != nil {
 		v, err := ast.InterfaceToValue(in.OldObject)
 		if err != nil {
 			return nil, fmt.Errorf("oldObject: %w", err)
 		}
+		oldV = v
 		pairs = append(pairs, [2]*ast.Term{keyOldObject, ast.NewTerm(v)})
+	}
+	if in.Object != nil {
+		var old any
+		if in.OldObject != nil {
+			old = in.OldObject
+		}
+		v, _, err := convertLike(in.Object, old, oldV)
+		if err != nil {
+			return nil, fmt.Errorf("object: %w", err)
+		}
+		pairs = append(pairs, [2]*ast.Term{keyObject, ast.NewTerm(v)})
 	}
 	return ast.NewObject(pairs...), nil
 }
@@ -158,4 +165,112 @@ func (c *regoInput) paramsTerm(p Params) (*ast.Term, error) {
 		}
 		return ast.NewTerm(v), nil
 	})
+}
+
+// convertLike converts x for Rego, reusing the terms of prev (already
+// converted to prevV) wherever x equals it. An update's object and oldObject
+// share most of their content; sharing their terms spares the allocations
+// that dominate the conversion. OPA values are immutable, so a shared term is
+// safe. It reports whether x equals prev, and then returns prevV itself.
+func convertLike(x, prev any, prevV ast.Value) (ast.Value, bool, error) {
+	if prevV == nil {
+		v, err := ast.InterfaceToValue(x)
+		return v, false, err
+	}
+	switch x := x.(type) {
+	case map[string]any:
+		pm, ok := prev.(map[string]any)
+		po, okV := prevV.(ast.Object)
+		if !ok || !okV {
+			break
+		}
+		same := len(x) == len(pm)
+		kvs := make([][2]*ast.Term, 0, len(x))
+		for k, v := range x {
+			key := ast.InternedTerm(k)
+			var pv any
+			var pt *ast.Term
+			if p, has := pm[k]; has {
+				pv, pt = p, po.Get(key)
+			}
+			if pt == nil {
+				child, err := ast.InterfaceToValue(v)
+				if err != nil {
+					return nil, false, err
+				}
+				same = false
+				kvs = append(kvs, [2]*ast.Term{key, ast.NewTerm(child)})
+				continue
+			}
+			child, childSame, err := convertLike(v, pv, pt.Value)
+			if err != nil {
+				return nil, false, err
+			}
+			if childSame {
+				kvs = append(kvs, [2]*ast.Term{key, pt})
+				continue
+			}
+			same = false
+			kvs = append(kvs, [2]*ast.Term{key, ast.NewTerm(child)})
+		}
+		if same {
+			return prevV, true, nil
+		}
+		return ast.NewObject(kvs...), false, nil
+	case []any:
+		pl, ok := prev.([]any)
+		pa, okV := prevV.(*ast.Array)
+		if !ok || !okV || len(pl) != pa.Len() {
+			break
+		}
+		same := len(x) == len(pl)
+		terms := make([]*ast.Term, len(x))
+		for i, v := range x {
+			if i >= len(pl) {
+				child, err := ast.InterfaceToValue(v)
+				if err != nil {
+					return nil, false, err
+				}
+				same = false
+				terms[i] = ast.NewTerm(child)
+				continue
+			}
+			child, childSame, err := convertLike(v, pl[i], pa.Elem(i).Value)
+			if err != nil {
+				return nil, false, err
+			}
+			if childSame {
+				terms[i] = pa.Elem(i)
+				continue
+			}
+			same = false
+			terms[i] = ast.NewTerm(child)
+		}
+		if same {
+			return prevV, true, nil
+		}
+		return ast.NewArray(terms...), false, nil
+	case string:
+		if p, ok := prev.(string); ok && p == x {
+			return prevV, true, nil
+		}
+	case bool:
+		if p, ok := prev.(bool); ok && p == x {
+			return prevV, true, nil
+		}
+	case int64:
+		if p, ok := prev.(int64); ok && p == x {
+			return prevV, true, nil
+		}
+	case float64:
+		if p, ok := prev.(float64); ok && p == x {
+			return prevV, true, nil
+		}
+	case nil:
+		if prev == nil {
+			return prevV, true, nil
+		}
+	}
+	v, err := ast.InterfaceToValue(x)
+	return v, false, err
 }

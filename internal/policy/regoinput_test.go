@@ -79,3 +79,52 @@ func TestTermCacheIsBounded(t *testing.T) {
 		t.Errorf("cache holds %d terms, want the bound %d", n, termCacheSize)
 	}
 }
+
+// TestConvertLikeEqualsAFreshConversion: whatever an update changed, kept,
+// added or removed, the shared conversion equals a fresh one, and reports
+// sameness only for equal values.
+func TestConvertLikeEqualsAFreshConversion(t *testing.T) {
+	base := func() map[string]any {
+		return map[string]any{
+			"metadata": map[string]any{"name": "l", "finalizers": []any{"macrack.io/lease", "x"}, "generation": int64(3)},
+			"spec":     map[string]any{"minimumDuration": "24h", "ratio": 1.5, "on": true, "none": nil},
+			"status":   map[string]any{"phase": "Bound", "slots": []any{map[string]any{"name": "a"}}},
+		}
+	}
+	cases := map[string]func(m map[string]any){
+		"unchanged":        func(map[string]any) {},
+		"a string changed": func(m map[string]any) { m["status"].(map[string]any)["phase"] = "Held" },
+		"a key added":      func(m map[string]any) { m["status"].(map[string]any)["serial"] = "C02" },
+		"a key removed":    func(m map[string]any) { delete(m["spec"].(map[string]any), "none") },
+		"a list grew": func(m map[string]any) {
+			m["metadata"].(map[string]any)["finalizers"] = []any{"macrack.io/lease", "x", "y"}
+		},
+		"a list shrank":        func(m map[string]any) { m["metadata"].(map[string]any)["finalizers"] = []any{"x"} },
+		"a nested map changed": func(m map[string]any) { m["status"].(map[string]any)["slots"] = []any{map[string]any{"name": "b"}} },
+		"a type changed":       func(m map[string]any) { m["spec"] = []any{"24h"} },
+		"an int became a float": func(m map[string]any) {
+			m["metadata"].(map[string]any)["generation"] = 3.0
+		},
+		"null became a value": func(m map[string]any) { m["spec"].(map[string]any)["none"] = "x" },
+		"a bool flipped":      func(m map[string]any) { m["spec"].(map[string]any)["on"] = false },
+	}
+	for name, change := range cases {
+		old, obj := base(), base()
+		change(obj)
+		oldV, err := ast.InterfaceToValue(old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, same, err := convertLike(obj, old, oldV)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want, _ := ast.InterfaceToValue(obj)
+		if ast.Compare(got, want) != 0 {
+			t.Errorf("%s:\n got %v\nwant %v", name, got, want)
+		}
+		if same != (name == "unchanged") {
+			t.Errorf("%s: same = %v", name, same)
+		}
+	}
+}
