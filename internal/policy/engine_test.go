@@ -204,12 +204,12 @@ func TestARuleReadingNowCannotBeDeployed(t *testing.T) {
 	for _, ident := range []string{"now", "inventory"} {
 		m := bundle(t)
 		src := string(m["lease/floor.cel.yaml"].Data)
-		const from = `expression: "(oldObject == null && variables.boundAt == null) || size(variables.problems) == 0"`
+		const from = `expression: "(oldObject == null && object.?status.?boundAt.orValue(null) == null) || size(variables.problems) == 0"`
 		if !strings.Contains(src, from) {
 			t.Fatalf("lease/floor.cel.yaml no longer has %s; update the test", from)
 		}
 		m["lease/floor.cel.yaml"].Data = []byte(strings.Replace(src, from,
-			`expression: "(oldObject == null && variables.boundAt == null) || size(variables.problems) == 0 || `+ident+` == null"`, 1))
+			`expression: "(oldObject == null && object.?status.?boundAt.orValue(null) == null) || size(variables.problems) == 0 || `+ident+` == null"`, 1))
 		_, err := policy.Load(context.Background(), m)
 		if !errors.Is(err, policy.ErrGenerate) || !strings.Contains(err.Error(), "references "+ident) {
 			t.Fatalf("%s: want ErrGenerate naming it, got %v", ident, err)
