@@ -104,20 +104,19 @@ func (e *Env) NewTenant(ctx context.Context, user string) (*Tenant, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := waitAllowed(ctx, c, ns.Name, "create", "macnodeleases"); err != nil {
+	if err := WaitAllowed(ctx, c, authorizationv1.ResourceAttributes{Namespace: ns.Name, Verb: "create",
+		Group: leasingv1alpha1.GroupVersion.Group, Resource: "macnodeleases"}); err != nil {
 		return nil, fmt.Errorf("tenant %s in %s: %w", user, ns.Name, err)
 	}
 	return &Tenant{Namespace: ns.Name, User: user, Client: c}, nil
 }
 
-// waitAllowed polls until c may verb resource in namespace. The API server's
-// RBAC authorizer reads RoleBindings from an informer, so a binding just
-// created is not in force at once; a test that acts before it is refused 403.
-func waitAllowed(ctx context.Context, c client.Client, namespace, verb, resource string) error {
+// WaitAllowed polls until c may do what attrs describe. The API server's
+// RBAC authorizer reads bindings from an informer, so a binding just created
+// is not in force at once; a test that acts before it is refused 403.
+func WaitAllowed(ctx context.Context, c client.Client, attrs authorizationv1.ResourceAttributes) error {
 	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: verb,
-				Group: leasingv1alpha1.GroupVersion.Group, Resource: resource}}}
+		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &attrs}}
 		if err := c.Create(ctx, review); err != nil {
 			return false, err
 		}

@@ -11,6 +11,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -63,6 +64,11 @@ var _ = BeforeSuite(func() {
 		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "cluster-admin"},
 		Subjects:   []rbacv1.Subject{{Kind: "Group", APIGroup: "rbac.authorization.k8s.io", Name: replayGroup}},
 	})).To(Succeed())
+	// The binding reaches the RBAC authorizer through an informer: wait until
+	// it is in force, so that no replay is refused 403 by RBAC instead.
+	replayer, err := env.ClientAs("replay-probe", replayGroup)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(harness.WaitAllowed(ctx, replayer, authorizationv1.ResourceAttributes{Verb: "update", Resource: "nodes", Subresource: "status"})).To(Succeed())
 })
 
 var _ = AfterSuite(func() {
