@@ -37,27 +37,40 @@ code := "agent.scope"
 
 # node is the requesting agent's node: the ServiceAccount agent-<node> in the
 # agents' namespace (lib.agent_node, read from the input here).
-node := trim_prefix(username, prefix) if {
+node := trim_prefix(user, prefix) if {
+	user := input.request.userInfo.username
 	ns := input.params.data.agentsNamespace
 	is_string(ns)
 	ns != ""
 	prefix := concat("", ["system:serviceaccount:", ns, ":agent-"])
-	startswith(username, prefix)
+	startswith(user, prefix)
 }
 
 username := object.get(input, ["request", "userInfo", "username"], "")
 
-# For a ServiceAccount, a missing agents' namespace parameter fails closed.
-violations contains {"code": code, "message": "agent.scope: the agents' namespace parameter (params.data.agentsNamespace) is not set"} if {
+# For a ServiceAccount, a missing agents' namespace parameter fails closed:
+# absent or "" (object.get's default), or not a string. Two positive tests,
+# as a negation costs a nested evaluation.
+violations contains missing_namespace if {
 	input.request.kind.kind in {"Node", "MacNode", "MacOSInstance", "Lease", "TokenRequest"}
 	startswith(username, "system:serviceaccount:")
-	not lib.agents_namespace
+	object.get(input, ["params", "data", "agentsNamespace"], "") == ""
 }
+
+violations contains missing_namespace if {
+	input.request.kind.kind in {"Node", "MacNode", "MacOSInstance", "Lease", "TokenRequest"}
+	startswith(username, "system:serviceaccount:")
+	is_string(object.get(input, ["params", "data", "agentsNamespace"], "")) == false
+}
+
+missing_namespace := {"code": code, "message": "agent.scope: the agents' namespace parameter (params.data.agentsNamespace) is not set"}
 
 deny(msg) := {"code": code, "message": sprintf("agent.scope: agent %s %s", [node, msg])}
 
 # name is the name of the object written (or, on DELETE, of the stored one).
-name := object.get(input, ["object", "metadata", "name"], object.get(input, ["oldObject", "metadata", "name"], ""))
+name := n if {
+	n := input.object.metadata.name
+} else := object.get(input, ["oldObject", "metadata", "name"], "")
 
 # Node: created only with exactly the macrack.io/unleased taint among
 # macrack.io/ taints and no tenant label; afterwards no change to either, and
