@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 
 	celtypes "github.com/google/cel-go/common/types"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -194,33 +193,6 @@ func (r *celRule) eval(ctx context.Context, in *Input, params runtime.Object) ou
 		out.errs = append(out.errs, err.Error())
 	}
 	return out
-}
-
-// paramsCache holds the params ConfigMap objects the in-process twins
-// receive, built once per distinct Params (bounded as termCache is). The
-// twins only read them.
-type paramsCache struct {
-	mu      sync.RWMutex
-	objects map[Params]runtime.Object
-}
-
-func (c *paramsCache) object(p Params) runtime.Object {
-	c.mu.RLock()
-	o, ok := c.objects[p]
-	c.mu.RUnlock()
-	if ok {
-		return o
-	}
-	o = paramsObject(p)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.objects == nil {
-		c.objects = map[Params]runtime.Object{}
-	}
-	if len(c.objects) < termCacheSize {
-		c.objects[p] = o
-	}
-	return o
 }
 
 // paramsObject is the params ConfigMap the in-process twin receives. It is

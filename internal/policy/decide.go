@@ -55,7 +55,8 @@ func (e *Engine) prepare(in Input) (*prepared, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: converting for Rego: %w", ErrInput, err)
 	}
-	return &prepared{in: in, rego: value, params: e.celParams.object(in.Params)}, nil
+	params, _ := e.celParams.get(in.Params, func() (runtime.Object, error) { return paramsObject(in.Params), nil })
+	return &prepared{in: in, rego: value, params: params}, nil
 }
 
 // Decide evaluates every rule that applies to the request's kind. It fails

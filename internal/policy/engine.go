@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/open-policy-agent/opa/v1/ast"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // Engine holds the compiled rules. It is safe for concurrent use.
@@ -33,8 +34,9 @@ type Engine struct {
 	celFiles []*celFile
 	// input converts requests for Rego, sharing the parts that repeat.
 	input regoInput
-	// celParams holds the params ConfigMap objects the CEL twins receive.
-	celParams paramsCache
+	// celParams holds the params ConfigMap objects the CEL twins receive,
+	// which they only read.
+	celParams boundedCache[Params, runtime.Object]
 }
 
 // Rule is one invariant and its engines.

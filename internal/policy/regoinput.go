@@ -16,42 +16,43 @@ import (
 // shared; OPA values are immutable, so sharing them is safe. A test holds it
 // equal to ast.InterfaceToValue(regoDoc()).
 type regoInput struct {
-	kinds     termCache[schema.GroupVersionKind]
-	resources termCache[schema.GroupVersionResource]
-	params    termCache[Params]
+	kinds     boundedCache[schema.GroupVersionKind, *ast.Term]
+	resources boundedCache[schema.GroupVersionResource, *ast.Term]
+	params    boundedCache[Params, *ast.Term]
 }
 
-// termCacheSize bounds each cache: the kinds, resources and params a
-// deployment sees are few, and a caller that sends many (a fuzzer) must not
-// grow memory; past the bound, terms are built afresh.
-const termCacheSize = 256
+// cacheSize bounds each cache: the kinds, resources and params a deployment
+// sees are few, and a caller that sends many (a fuzzer) must not grow memory;
+// past the bound, values are built afresh.
+const cacheSize = 256
 
-// termCache holds converted terms by key, up to termCacheSize.
-type termCache[K comparable] struct {
-	mu    sync.RWMutex
-	terms map[K]*ast.Term
+// boundedCache holds values built once per key, up to cacheSize keys. It is
+// safe for concurrent use; the values must be immutable.
+type boundedCache[K comparable, V any] struct {
+	mu     sync.RWMutex
+	values map[K]V
 }
 
-func (c *termCache[K]) get(k K, build func() (*ast.Term, error)) (*ast.Term, error) {
+func (c *boundedCache[K, V]) get(k K, build func() (V, error)) (V, error) {
 	c.mu.RLock()
-	t, ok := c.terms[k]
+	v, ok := c.values[k]
 	c.mu.RUnlock()
 	if ok {
-		return t, nil
+		return v, nil
 	}
-	t, err := build()
+	v, err := build()
 	if err != nil {
-		return nil, err
+		return v, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.terms == nil {
-		c.terms = map[K]*ast.Term{}
+	if c.values == nil {
+		c.values = map[K]V{}
 	}
-	if len(c.terms) < termCacheSize {
-		c.terms[k] = t
+	if len(c.values) < cacheSize {
+		c.values[k] = v
 	}
-	return t, nil
+	return v, nil
 }
 
 var (

@@ -62,9 +62,9 @@ func TestRegoInputEqualsDocument(t *testing.T) {
 
 // TestTermCacheIsBounded: a caller sending ever new params (a fuzzer) must
 // not grow memory without bound, and still gets correct terms.
-func TestTermCacheIsBounded(t *testing.T) {
+func TestCacheIsBounded(t *testing.T) {
 	var c regoInput
-	for i := 0; i < termCacheSize+10; i++ {
+	for i := 0; i < cacheSize+10; i++ {
 		p := Params{AgentsNamespace: string(rune('a'+i%26)) + time.Duration(i).String()}
 		term, err := c.paramsTerm(p)
 		if err != nil {
@@ -75,8 +75,8 @@ func TestTermCacheIsBounded(t *testing.T) {
 			t.Fatalf("params %d: got %v, want %v", i, term, want)
 		}
 	}
-	if n := len(c.params.terms); n != termCacheSize {
-		t.Errorf("cache holds %d terms, want the bound %d", n, termCacheSize)
+	if n := len(c.params.values); n != cacheSize {
+		t.Errorf("cache holds %d terms, want the bound %d", n, cacheSize)
 	}
 }
 

@@ -36,7 +36,7 @@ code := "agent.scope"
 # the cost of a virtual document.
 
 # node is the requesting agent's node: the ServiceAccount agent-<node> in the
-# agents' namespace (lib.agent_node, read from the input here).
+# agents' namespace.
 node := trim_prefix(user, prefix) if {
 	user := input.request.userInfo.username
 	ns := input.params.data.agentsNamespace

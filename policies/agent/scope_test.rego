@@ -33,3 +33,18 @@ test_people_are_not_agents if {
 		"oldObject": {"metadata": {"name": "n1"}},
 	}
 }
+
+test_an_agent_is_a_service_account_of_the_agents_namespace if {
+	scope.node == "c02aaaaaaaa1" with input as {
+		"request": {"userInfo": {"username": "system:serviceaccount:macrack-agents:agent-c02aaaaaaaa1"}},
+		"params": {"data": {"agentsNamespace": "macrack-agents"}},
+	}
+	not scope.node with input as {
+		"request": {"userInfo": {"username": "system:serviceaccount:tenant-a:agent-c02aaaaaaaa1"}},
+		"params": {"data": {"agentsNamespace": "macrack-agents"}},
+	}
+	not scope.node with input as {
+		"request": {"userInfo": {"username": "system:serviceaccount:macrack-agents:agent-c02aaaaaaaa1"}},
+		"params": {"data": {"agentsNamespace": ""}},
+	}
+}

@@ -46,7 +46,7 @@ violations contains {"code": code, "message": msg} if {
 	d := input.object.spec.minimumDuration
 	is_string(d)
 	regex.match(`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`, d)
-	time.parse_duration_ns(d) < 86400000000000 # 24h: lib.floor_ns, written out, as a reference into another package costs more than the check
+	time.parse_duration_ns(d) < 86400000000000 # 24h, written out (see lib.rego)
 	msg := sprintf("lease.floor: minimumDuration %s is below the 24h floor", [d])
 }
 

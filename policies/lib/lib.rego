@@ -5,15 +5,13 @@
 #   durations, time, identities, taints and instance liveness. They hold no rule.
 package macrack.lib
 
-# The commercial floors. Hot paths in the rules write these out: reading a
-# rule, even a constant, costs each evaluation a few microseconds.
-floor_ns := 86400000000000 # 24h
-
+# The commercial floors the MacNode checks read. Hot paths in the rules write
+# them out, and the other floors (24h = 86400000000000 ns; 2 macOS VMs per
+# chassis): reading a rule, even a constant, costs each evaluation a few
+# microseconds.
 one_terabyte := 1000000000000 # 1T = 10^12 bytes
 
 min_network_gbps := 10
-
-max_vms := 2
 
 operation := input.request.operation
 
@@ -105,19 +103,8 @@ agents_namespace := ns if {
 	ns != ""
 }
 
-# agent_node is the node of the requesting host agent, if the requester is one.
-agent_node := trim_prefix(username, prefix) if {
-	prefix := concat("", ["system:serviceaccount:", agents_namespace, ":agent-"])
-	startswith(username, prefix)
-}
-
 # macrack_taints are a Node's macrack.io/ taints, as key=value:effect strings.
 macrack_taints(node) := {sprintf("%s=%s:%s", [t.key, object.get(t, "value", ""), object.get(t, "effect", "")]) |
-	some t in object.get(node, ["spec", "taints"], [])
-	startswith(t.key, "macrack.io/")
-}
-
-macrack_taint_keys(node) := {t.key |
 	some t in object.get(node, ["spec", "taints"], [])
 	startswith(t.key, "macrack.io/")
 }
@@ -143,12 +130,4 @@ enters_service if {
 	operation == "UPDATE"
 	object.get(new, ["status", "phase"], "") in serving_phases
 	not object.get(old, ["status", "phase"], "") in serving_phases
-}
-
-# removed_macrack_finalizers names each macrack.io/ finalizer the update removes.
-removed_macrack_finalizers contains f if {
-	operation == "UPDATE"
-	some f in object.get(old, ["metadata", "finalizers"], [])
-	startswith(f, "macrack.io/")
-	not f in object.get(new, ["metadata", "finalizers"], [])
 }

@@ -40,17 +40,6 @@ test_durations_are_go_durations if {
 	not lib.is_duration(86400)
 }
 
-test_an_agent_is_a_service_account_of_the_agents_namespace if {
-	lib.agent_node == "c02aaaaaaaa1" with input as {
-		"request": {"userInfo": {"username": "system:serviceaccount:macrack-agents:agent-c02aaaaaaaa1"}},
-		"params": {"data": {"agentsNamespace": "macrack-agents"}},
-	}
-	not lib.agent_node with input as {
-		"request": {"userInfo": {"username": "system:serviceaccount:tenant-a:agent-c02aaaaaaaa1"}},
-		"params": {"data": {"agentsNamespace": "macrack-agents"}},
-	}
-}
-
 test_a_missing_clock_counts_as_before if {
 	lib.before("2026-01-01T00:00:00Z") with input as {}
 	not lib.before("2026-01-01T00:00:00Z") with input as {"now": "2026-01-01T00:00:00Z"}

@@ -21,8 +21,8 @@ code := "quota.never-circumvent"
 
 # Every check opens with a guard on the request's kind (and, where it
 # narrows, the operation), which OPA's rule index decides before it evaluates
-# a body; the checks read the input directly and write the limit out (2,
-# lib.max_vms), as a reference into another package costs more than a check.
+# a body; the checks read the input directly and write the limit (2) out, as
+# a reference to a rule costs more than a check.
 
 violations contains {"code": code, "message": msg} if {
 	input.request.kind.kind == "MacNodeClass"
