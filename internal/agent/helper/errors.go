@@ -26,6 +26,10 @@ var (
 	ErrSocketInUse = errors.New("socket in use")
 	// ErrHelperExited means a helper process exited before it served.
 	ErrHelperExited = errors.New("helper exited before it was ready")
+	// ErrHelperBusy means an instance's helper process is alive and holds its
+	// socket but did not answer in time; a second helper is not launched
+	// beside it, as it would run the same VM twice. Retry later.
+	ErrHelperBusy = errors.New("helper alive but not answering")
 	// ErrUnknownInstance means no helper runs for the instance.
 	ErrUnknownInstance = errors.New("no helper for the instance")
 )

@@ -73,9 +73,10 @@ func (f files) check(uid string, spec vmspec.VMSpec) error {
 }
 
 // running lists the helpers whose process lives and answers as itself on
-// its socket. It removes the files of those whose process is gone. A live
-// process that does not answer (still starting, or a recycled pid) is left
-// out but keeps its files.
+// its socket, or is busy: takes the connection but answers late, as on a
+// loaded host. It removes the files of those whose process is gone. A live
+// process with no socket to answer on (still starting, or a recycled pid) is
+// left out but keeps its files.
 func (f files) running() (map[string]string, error) {
 	entries, err := os.ReadDir(f.dir)
 	if err != nil {
@@ -96,25 +97,39 @@ func (f files) running() (map[string]string, error) {
 			f.cleanup(uid)
 			continue
 		}
+		// A busy helper counts: it may be running its VM, and a caller
+		// that stops or counts VMs must not miss it.
 		sock := f.path(uid, socketSuffix)
-		if f.answers(sock, uid, pid) {
+		if ok, busy := f.probe(sock, uid, pid); ok || busy {
 			out[uid] = sock
 		}
 	}
 	return out, nil
 }
 
+// answerTimeout bounds a helper's hello when the launcher checks it.
+const answerTimeout = 2 * time.Second
+
 // answers reports whether the helper at sock is uid's, in process pid.
 func (f files) answers(sock, uid string, pid int) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ok, _ := f.probe(sock, uid, pid)
+	return ok
+}
+
+// probe reports whether the helper at sock is uid's, in process pid, and,
+// when it is not known to be, whether it is busy: the socket took the
+// connection but no hello came back in time. A busy helper may well be
+// uid's, under load.
+func (f files) probe(sock, uid string, pid int) (ok, busy bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), answerTimeout)
 	defer cancel()
 	c, err := Dial(ctx, sock)
 	if err != nil {
-		return false
+		return false, errors.Is(err, context.DeadlineExceeded)
 	}
 	defer c.Close()
 	h := c.Hello()
-	return h.InstanceUID == uid && h.PID == pid
+	return h.InstanceUID == uid && h.PID == pid, false
 }
 
 // pid reads uid's pid file; a missing or garbled one reads as pid 0, dead.
@@ -208,7 +223,14 @@ func (f files) existing(uid string, spec vmspec.VMSpec) (string, bool, error) {
 		return "", false, err
 	}
 	sock := f.path(uid, socketSuffix)
-	if !processAlive(pid) || !f.answers(sock, uid, pid) {
+	if !processAlive(pid) {
+		return "", false, nil
+	}
+	ok, busy := f.probe(sock, uid, pid)
+	if busy {
+		return "", false, fmt.Errorf("%w: the helper of %s (pid %d) did not answer within %s", ErrHelperBusy, uid, pid, answerTimeout)
+	}
+	if !ok {
 		return "", false, nil
 	}
 	running, err := f.readSpec(uid)

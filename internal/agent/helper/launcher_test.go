@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/xml"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -325,5 +326,54 @@ func TestAHelperThatCannotStartIsReported(t *testing.T) {
 	_, err = l.Launch(ctx, "u1", testSpec("u1"))
 	if !errors.Is(err, ErrHelperExited) || !strings.Contains(err.Error(), "vz driver needs macOS on Apple silicon") {
 		t.Fatalf("got %v, want ErrHelperExited explaining the vz driver", err)
+	}
+}
+
+// TestABusyHelperIsNotLaunchedTwice: a live helper process whose socket takes
+// the connection but does not answer in time (a loaded host) is not replaced
+// by a second helper, which would run the same VM twice; the launch fails
+// with ErrHelperBusy, to be retried. A helper whose socket is gone is.
+func TestABusyHelperIsNotLaunchedTwice(t *testing.T) {
+	dir := shortDir(t)
+	f := files{dir: dir}
+	uid := "u1"
+	// A live process holds the pid file: this test's own.
+	if err := os.WriteFile(f.path(uid, pidSuffix), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.writeSpec(uid, testSpec(uid)); err != nil {
+		t.Fatal(err)
+	}
+
+	// Positive control: with no socket, nothing answers, and a launch may go on.
+	if _, ok, err := f.existing(uid, testSpec(uid)); ok || err != nil {
+		t.Fatalf("without a socket: ok %v, err %v; want a launch to go on", ok, err)
+	}
+
+	// A socket that accepts and never answers.
+	ln, err := net.Listen("unix", f.path(uid, socketSuffix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	if _, ok, err := f.existing(uid, testSpec(uid)); ok || !errors.Is(err, ErrHelperBusy) {
+		t.Fatalf("a busy helper: ok %v, err %v; want ErrHelperBusy", ok, err)
+	}
+	// It counts as running, so that stopping or counting VMs does not miss it.
+	running, err := f.running()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := running[uid]; !ok {
+		t.Fatalf("a busy helper is not listed as running: %v", running)
 	}
 }
