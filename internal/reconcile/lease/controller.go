@@ -55,6 +55,9 @@ type Reconciler struct {
 	Ticks <-chan event.GenericEvent
 	// MaxConcurrentReconciles bounds parallel reconciles.
 	MaxConcurrentReconciles int
+
+	// claims are this reconciler's chassis claims its cache has not shown yet.
+	claims claims
 }
 
 // SetupWithManager registers the controller and its watches.
@@ -127,6 +130,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	var err error
 	if s.node, err = r.boundNode(ctx, lease); err != nil {
 		return ctrl.Result{}, err
+	}
+	if s.node != nil {
+		r.claims.done(lease.UID)
+	} else if node, ok := r.claims.pending(lease.UID, s.now); ok {
+		// This reconciler claimed a chassis for the lease, and its cache has
+		// not caught up: wait for it, rather than bind a second chassis or
+		// let the lease go as never bound.
+		ctrl.LoggerFrom(ctx).V(1).Info("Waiting for the cache to show this lease's claim", "MacNode", node)
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
 	}
 	helper := patch.NewHelper(lease, r.Client)
 	defer func() {

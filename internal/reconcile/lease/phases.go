@@ -145,6 +145,7 @@ func (r *Reconciler) bind(ctx context.Context, s *scope) (ctrl.Result, error) {
 			return ctrl.Result{}, fmt.Errorf("claiming MacNode %s: %w", node.Name, err)
 		}
 		s.node = claimed
+		r.claims.add(lease.UID, claimed.Name, s.now)
 		r.Recorder.Eventf(lease, claimed, corev1.EventTypeNormal, "LeaseBound", "Bind",
 			"Bound chassis %s (%s) until at least %s", claimed.Spec.Serial, claimed.Name, era.UTC().Format(time.RFC3339))
 		log.Info("Lease bound", "MacNode", claimed.Name, "earliestReleaseAt", era.UTC())
