@@ -91,6 +91,8 @@ func set(doc map[string]any, value any, path ...string) {
 	m[path[len(path)-1]] = value
 }
 
+// mutators: a corpus entry names one by its index modulo the list's length,
+// so adding one means re-pointing the committed entries in testdata/fuzz.
 var mutators = []mutator{
 	{"minimumDuration", func(d map[string]any, s string, n int64) { set(d, duration(s, n), "object", "spec", "minimumDuration") }},
 	{"old minimumDuration", func(d map[string]any, s string, n int64) {
@@ -144,6 +146,26 @@ var mutators = []mutator{
 	}},
 	{"node name", func(d map[string]any, _ string, n int64) {
 		set(d, pick([]string{"c02aaaaaaaa1", "c02bbbbbbbb2", ""}, n), "object", "status", "nodeName")
+	}},
+	{"old taints", func(d map[string]any, s string, n int64) {
+		keys := []string{"macrack.io/unleased", "macrack.io/leased", "example.com/x", "macrack.io/quarantined"}
+		var taints []any
+		for i := int64(0); i < abs(n)%4; i++ {
+			taints = append(taints, map[string]any{"key": pick(keys, n/(i+1)), "value": s, "effect": "NoSchedule"})
+		}
+		set(d, taints, "oldObject", "spec", "taints")
+	}},
+	{"old tenant label", func(d map[string]any, s string, _ int64) {
+		set(d, s, "oldObject", "metadata", "labels", "macrack.io/tenant")
+	}},
+	{"object name", func(d map[string]any, _ string, n int64) {
+		set(d, pick([]string{"c02aaaaaaaa1", "c02bbbbbbbb2", "c02xl0ghjgh5"}, n), "object", "metadata", "name")
+	}},
+	{"request namespace", func(d map[string]any, _ string, n int64) {
+		set(d, pick([]string{"kube-node-lease", "macrack-agents", "default", ""}, n), "request", "namespace")
+	}},
+	{"request name", func(d map[string]any, _ string, n int64) {
+		set(d, pick([]string{"agent-c02aaaaaaaa1", "agent-c02bbbbbbbb2", "builder", "c02aaaaaaaa1"}, n), "request", "name")
 	}},
 }
 
