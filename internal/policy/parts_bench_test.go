@@ -27,30 +27,19 @@ func partsInput() Input {
 func BenchmarkParts(b *testing.B) {
 	e, _ := Load(context.Background(), policies.FS)
 	r, _ := e.Rule("lease.floor")
-	ctx := context.Background()
 	b.Run("prepare", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			_, _ = e.prepare(partsInput())
 		}
 	})
 	p, _ := e.prepare(partsInput())
-	b.Run("rego", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			r.rego.eval(ctx, p.rego)
-		}
-	})
-	b.Run("cel", func(b *testing.B) {
-		for i := 0; i < b.N; i++ {
-			r.cel.eval(ctx, &p.in, p.params)
-		}
-	})
+	benchEngines(b, r, p)
 }
 
 // BenchmarkPartsAgentScope splits agent.scope on an agent creating its Node.
 func BenchmarkPartsAgentScope(b *testing.B) {
 	e, _ := Load(context.Background(), policies.FS)
 	r, _ := e.Rule("agent.scope")
-	ctx := context.Background()
 	in := Input{
 		Object: map[string]any{"apiVersion": "v1", "kind": "Node",
 			"metadata": map[string]any{"name": "c02a", "labels": map[string]any{"macrack.io/serial": "C02A"}},
@@ -65,6 +54,12 @@ func BenchmarkPartsAgentScope(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	benchEngines(b, r, p)
+}
+
+// benchEngines times each engine alone on the prepared input.
+func benchEngines(b *testing.B, r *Rule, p *prepared) {
+	ctx := context.Background()
 	b.Run("rego", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			r.rego.eval(ctx, p.rego)

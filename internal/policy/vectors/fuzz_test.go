@@ -78,6 +78,16 @@ func timestamp(n int64) string {
 	return time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(n%(400*3600)) * time.Second).Format(time.RFC3339)
 }
 
+// taints renders up to three Node taints, macrack.io/ and foreign, from s and n.
+func taints(s string, n int64) []any {
+	keys := []string{"macrack.io/unleased", "macrack.io/leased", "example.com/x", "macrack.io/quarantined"}
+	var out []any
+	for i := int64(0); i < abs(n)%4; i++ {
+		out = append(out, map[string]any{"key": pick(keys, n/(i+1)), "value": s, "effect": "NoSchedule"})
+	}
+	return out
+}
+
 func set(doc map[string]any, value any, path ...string) {
 	m := doc
 	for _, p := range path[:len(path)-1] {
@@ -129,14 +139,7 @@ var mutators = []mutator{
 	{"subresource", func(d map[string]any, _ string, n int64) {
 		set(d, pick([]string{"", "status"}, n), "request", "subResource")
 	}},
-	{"taints", func(d map[string]any, s string, n int64) {
-		keys := []string{"macrack.io/unleased", "macrack.io/leased", "example.com/x", "macrack.io/quarantined"}
-		var taints []any
-		for i := int64(0); i < abs(n)%4; i++ {
-			taints = append(taints, map[string]any{"key": pick(keys, n/(i+1)), "value": s, "effect": "NoSchedule"})
-		}
-		set(d, taints, "object", "spec", "taints")
-	}},
+	{"taints", func(d map[string]any, s string, n int64) { set(d, taints(s, n), "object", "spec", "taints") }},
 	{"tenant label", func(d map[string]any, s string, _ int64) {
 		set(d, s, "object", "metadata", "labels", "macrack.io/tenant")
 	}},
@@ -147,14 +150,7 @@ var mutators = []mutator{
 	{"node name", func(d map[string]any, _ string, n int64) {
 		set(d, pick([]string{"c02aaaaaaaa1", "c02bbbbbbbb2", ""}, n), "object", "status", "nodeName")
 	}},
-	{"old taints", func(d map[string]any, s string, n int64) {
-		keys := []string{"macrack.io/unleased", "macrack.io/leased", "example.com/x", "macrack.io/quarantined"}
-		var taints []any
-		for i := int64(0); i < abs(n)%4; i++ {
-			taints = append(taints, map[string]any{"key": pick(keys, n/(i+1)), "value": s, "effect": "NoSchedule"})
-		}
-		set(d, taints, "oldObject", "spec", "taints")
-	}},
+	{"old taints", func(d map[string]any, s string, n int64) { set(d, taints(s, n), "oldObject", "spec", "taints") }},
 	{"old tenant label", func(d map[string]any, s string, _ int64) {
 		set(d, s, "oldObject", "metadata", "labels", "macrack.io/tenant")
 	}},
