@@ -21,25 +21,18 @@ import data.macrack.lib
 
 code := "node.commercial"
 
-# A class: disk a quantity of at least 1T, networkGbps a number of at least
-# 10. One guard on the kind (which OPA's rule index decides before it
-# evaluates a body) and the operation; then, for the common case, one
-# positive test that is sufficient for "no class check fires", so that an
-# admitted class costs a handful of expressions; only what fails it gets the
-# checks one by one. Both read the input directly and write the floors out
-# (lib.one_terabyte, lib.min_network_gbps): a reference into another package
-# costs more than a check.
-violations contains v if {
+# violations: none for a class whose disk is a plain quantity string of at
+# least 1T (no n or u suffix, which lib.quantity scales by hand) and whose
+# NIC is a number of at least 10 Gb, as every class check needs one of these
+# to be false; else the checks one by one. The clause opens with the guard
+# on the kind, and needs none on the operation: the class checks concern
+# only a CREATE or UPDATE, and an object. It reads the input directly and
+# writes the floors out (lib.one_terabyte, lib.min_network_gbps): a
+# reference into another package costs more than a check. (An else, not a
+# negation, which would cost a nested evaluation; the checks alone write the
+# denial messages.)
+violations := set() if {
 	input.request.kind.kind == "MacNodeClass"
-	input.request.operation in {"CREATE", "UPDATE"}
-	some v in class_violations
-}
-
-# class_violations: none for a plain quantity string of at least 1T (no n or
-# u suffix, which lib.quantity scales by hand) and a number of at least
-# 10 Gb, as every class_checks body needs one of these to be false; else the
-# checks. (An else, not a negation, which would cost a nested evaluation.)
-class_violations := set() if {
 	disk := input.object.spec.disk
 	is_string(disk)
 	regex.match(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$`, disk)
@@ -47,7 +40,13 @@ class_violations := set() if {
 	gbps := input.object.spec.networkGbps
 	is_number(gbps)
 	gbps >= 10
-} else := class_checks
+} else := checks
+
+checks contains v if {
+	input.request.kind.kind == "MacNodeClass"
+	input.request.operation in {"CREATE", "UPDATE"}
+	some v in class_checks
+}
 
 class_checks contains {"code": code, "message": sprintf("node.commercial: disk %s is not a quantity", [lib.show(disk)])} if {
 	disk := input.object.spec.disk
@@ -79,7 +78,7 @@ class_field(f) := object.get(input, ["inventory", "nodeClass", "spec", f], null)
 
 node_name := object.get(lib.new, ["metadata", "name"], "")
 
-violations contains {"code": code, "message": msg} if {
+checks contains {"code": code, "message": msg} if {
 	input.request.kind.kind == "MacNode"
 	input.request.operation == "UPDATE"
 	lib.enters_service

@@ -24,6 +24,7 @@ var (
 	quantitySuffixes = []string{"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G", "T", "P", "E", "e3", "e12", "E6", "e-3", "e+9"}
 	durationUnits    = []string{"ns", "us", "ms", "s", "m", "h"}
 	phasesMacNode    = []string{"Pending", "Enrolled", "Ready", "Leased", "Quarantined", "Rebooting", "Retired"}
+	phasesLease      = []string{"Pending", "Bound", "Held", "Released"}
 	users            = []string{
 		"system:serviceaccount:macrack-agents:agent-c02aaaaaaaa1",
 		"system:serviceaccount:macrack-agents:agent-c02xl0ghjgh5",
@@ -162,6 +163,16 @@ var mutators = []mutator{
 	}},
 	{"request name", func(d map[string]any, _ string, n int64) {
 		set(d, pick([]string{"agent-c02aaaaaaaa1", "agent-c02bbbbbbbb2", "builder", "c02aaaaaaaa1"}, n), "request", "name")
+	}},
+	{"lease phase", func(d map[string]any, _ string, n int64) { set(d, pick(phasesLease, n), "object", "status", "phase") }},
+	{"inventory lease phase", func(d map[string]any, _ string, n int64) {
+		set(d, pick(phasesLease, n), "inventory", "lease", "status", "phase")
+	}},
+	{"inventory lease namespace", func(d map[string]any, _ string, n int64) {
+		set(d, pick([]string{"tenant-a", "tenant-b"}, n), "inventory", "lease", "metadata", "namespace")
+	}},
+	{"inventory lease deletion", func(d map[string]any, _ string, n int64) {
+		set(d, timestamp(n), "inventory", "lease", "metadata", "deletionTimestamp")
 	}},
 }
 
