@@ -286,3 +286,25 @@ func TestAVariableThatDoesNotCompileFailsTheLoad(t *testing.T) {
 		t.Fatalf("want ErrLoad naming variable boundAt, got %v", err)
 	}
 }
+
+// A twin's matchConditions decide whether it concerns a request, as in the
+// API server: where they do not match, the twin admits. Here lease.floor's
+// twin is given one that exempts a user, so that for that user only Rego
+// refuses a 23h lease, and the engines disagree; for anyone else both refuse.
+func TestATwinsMatchConditionsDecideWhetherItApplies(t *testing.T) {
+	m := bundle(t)
+	src := string(m["lease/floor.cel.yaml"].Data)
+	at := strings.Index(src, "variables:")
+	m["lease/floor.cel.yaml"].Data = []byte(src[:at] +
+		"matchConditions:\n- name: not-exempt\n  expression: \"request.userInfo.username != 'exempt'\"\n" + src[at:])
+	e := load(t, m)
+
+	exempt := leaseInput("23h")
+	exempt.Request.UserInfo.Username = "exempt"
+	if got := codes(t, e, exempt); len(got) != 1 || got[0] != policy.CodeDisagreement {
+		t.Fatalf("want [%s] where the twin's match condition excludes the request, got %v", policy.CodeDisagreement, got)
+	}
+	if got := codes(t, e, leaseInput("23h")); len(got) != 1 || got[0] != "lease.floor" {
+		t.Fatalf("positive control: want [lease.floor] where the match condition holds, got %v", got)
+	}
+}
