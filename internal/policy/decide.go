@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/topdown"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -74,9 +75,11 @@ func (e *Engine) Decide(ctx context.Context, in Input) (Decision, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
+	stop, release := cancelOnDone(ctx)
+	defer release()
 	for _, r := range e.byKind[kindKey(p.in.Request.Kind.GroupKind())] {
 		d.Rules = append(d.Rules, r.ID)
-		d.Violations = append(d.Violations, e.decideRule(ctx, r, p)...)
+		d.Violations = append(d.Violations, e.decideRule(ctx, stop, r, p)...)
 	}
 	return d, nil
 }
@@ -94,7 +97,9 @@ func (e *Engine) Answers(ctx context.Context, id string, in Input) (regoAnswer, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
-	ro, co, cel := e.evalBoth(ctx, r, p)
+	stop, release := cancelOnDone(ctx)
+	defer release()
+	ro, co, cel := e.evalBoth(ctx, stop, r, p)
 	if err := ctx.Err(); err != nil {
 		// Past the deadline the answers are incomplete; Decide denies with
 		// policy.error, and comparing them would be meaningless.
@@ -103,9 +108,9 @@ func (e *Engine) Answers(ctx context.Context, id string, in Input) (regoAnswer, 
 	return ro.answer(), co.answer(), cel, nil
 }
 
-func (e *Engine) evalBoth(ctx context.Context, r *Rule, p *prepared) (regoOut, celOut outcome, celApplies bool) {
+func (e *Engine) evalBoth(ctx context.Context, stop topdown.Cancel, r *Rule, p *prepared) (regoOut, celOut outcome, celApplies bool) {
 	if r.rego != nil {
-		regoOut = r.rego.eval(ctx, p.rego)
+		regoOut = r.rego.eval(ctx, p.rego, stop)
 	} else {
 		regoOut = outcome{missing: true}
 	}
@@ -120,8 +125,8 @@ func (e *Engine) evalBoth(ctx context.Context, r *Rule, p *prepared) (regoOut, c
 	return regoOut, celOut, celApplies
 }
 
-func (e *Engine) decideRule(ctx context.Context, r *Rule, p *prepared) []Violation {
-	regoOut, celOut, celApplies := e.evalBoth(ctx, r, p)
+func (e *Engine) decideRule(ctx context.Context, stop topdown.Cancel, r *Rule, p *prepared) []Violation {
+	regoOut, celOut, celApplies := e.evalBoth(ctx, stop, r, p)
 	if err := ctx.Err(); err != nil {
 		// Past the deadline neither answer counts; an engine may have
 		// stopped half-way.

@@ -60,9 +60,11 @@ func BenchmarkPartsAgentScope(b *testing.B) {
 // benchEngines times each engine alone on the prepared input.
 func benchEngines(b *testing.B, r *Rule, p *prepared) {
 	ctx := context.Background()
+	stop, release := cancelOnDone(ctx)
+	defer release()
 	b.Run("rego", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			r.rego.eval(ctx, p.rego)
+			r.rego.eval(ctx, p.rego, stop)
 		}
 	})
 	b.Run("cel", func(b *testing.B) {

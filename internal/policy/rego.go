@@ -7,6 +7,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	opametrics "github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/topdown"
 )
 
 // regoRule is a rule's prepared Rego query: data.macrack.<area>.<rule>.violations.
@@ -53,11 +54,20 @@ func prepareRego(ctx context.Context, compiler *ast.Compiler, id string, pkg ast
 	return &regoRule{id: id, query: pq}, nil
 }
 
+// cancelOnDone returns a query cancel that fires when ctx is done, and the
+// func that releases it. One per request, shared by its rules: without it,
+// OPA starts a goroutine per evaluation to watch the context.
+func cancelOnDone(ctx context.Context) (topdown.Cancel, func() bool) {
+	c := topdown.NewCancel()
+	return c, context.AfterFunc(ctx, c.Cancel)
+}
+
 // eval runs the query on the pre-converted input and normalises the answer.
-// An undefined result (no such rule) is an empty set: nothing denied.
-func (r *regoRule) eval(ctx context.Context, input ast.Value) outcome {
+// An undefined result (no such rule) is an empty set: nothing denied. cancel
+// stops the evaluation (see cancelOnDone).
+func (r *regoRule) eval(ctx context.Context, input ast.Value, cancel topdown.Cancel) outcome {
 	// No metrics: nothing reads them, and timing every evaluation costs.
-	rs, err := r.query.Eval(ctx, rego.EvalParsedInput(input), rego.EvalMetrics(opametrics.NoOp()))
+	rs, err := r.query.Eval(ctx, rego.EvalParsedInput(input), rego.EvalMetrics(opametrics.NoOp()), rego.EvalExternalCancel(cancel))
 	if err != nil {
 		return outcome{errs: []string{err.Error()}}
 	}

@@ -32,14 +32,15 @@ code := "agent.scope"
 # agent, else the checks one by one. Each routine clause is sufficient for
 # "no check fires", and opens with the request's kind and operation, so a
 # clause for another kind fails at its first expression. In order: an agent
-# creates its Node (the macrack.io/unleased taint alone among macrack.io/
-# taints, no tenant label); updates its Node with the same taints and tenant
-# label; reports on its MacNode; reports on an instance placed on its node;
-# renews its node Lease; then a requester who is not an agent (the parameter
-# set), or not a ServiceAccount at all. The agent test compares the username
-# with the one its node's agent has. (An else chain, not a negation, which
-# would cost a nested evaluation; and no helper rule or function, as a
-# reference costs more than the expressions it holds.)
+# creates its Node as it registers it (the macrack.io/unleased taint as its
+# only taint, no tenant label; other taints go through the checks); updates
+# its Node with the same taints and tenant label; reports on its MacNode;
+# reports on an instance placed on its node; renews its node Lease; then a
+# requester who is not an agent (the parameter set), or not a ServiceAccount
+# at all. The agent test compares the username with the one its node's agent
+# has. (An else chain, not a negation, which would cost a nested evaluation;
+# no helper rule or function, as a reference costs more than the expressions
+# it holds; and no comprehension where a plain test suffices.)
 violations := set() if {
 	input.request.kind.kind == "Node"
 	input.request.operation == "CREATE"
@@ -48,7 +49,8 @@ violations := set() if {
 	ns != ""
 	is_string(input.object.metadata.name)
 	input.request.userInfo.username == concat("", ["system:serviceaccount:", ns, ":agent-", input.object.metadata.name])
-	{t.key | some t in object.get(input, ["object", "spec", "taints"], []); startswith(t.key, "macrack.io/")} == {"macrack.io/unleased"}
+	count(input.object.spec.taints) == 1
+	input.object.spec.taints[0].key == "macrack.io/unleased"
 	object.get(input, ["object", "metadata", "labels", "macrack.io/tenant"], null) == null
 } else := set() if {
 	input.request.kind.kind == "Node"
