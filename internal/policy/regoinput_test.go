@@ -60,7 +60,7 @@ func TestRegoInputEqualsDocument(t *testing.T) {
 	}
 }
 
-// TestTermCacheIsBounded: a caller sending ever new params (a fuzzer) must
+// TestCacheIsBounded: a caller sending ever new params (a fuzzer) must
 // not grow memory without bound, and still gets correct terms.
 func TestCacheIsBounded(t *testing.T) {
 	var c regoInput
