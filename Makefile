@@ -12,10 +12,12 @@ export GOTOOLCHAIN := local
 CONTROLLER_GEN_VERSION := v0.23.0
 OPA_VERSION            := v1.22.3
 CONFTEST_VERSION       := v0.71.1
+STATICCHECK_VERSION    := v0.8.2
 
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 OPA            := $(BIN)/opa-$(OPA_VERSION)
 CONFTEST       := $(BIN)/conftest-$(CONFTEST_VERSION)
+STATICCHECK    := $(BIN)/staticcheck-$(STATICCHECK_VERSION)
 
 GO_TEST_FLAGS ?= -count=1
 UNIT_PKGS      = $$(go list ./... | grep -v /test/envtest)
@@ -37,8 +39,12 @@ $(CONFTEST):
 	GOBIN=$(BIN)/.gobin-conftest go install github.com/open-policy-agent/conftest@$(CONFTEST_VERSION)
 	mv $(BIN)/.gobin-conftest/conftest $@ && rm -rf $(BIN)/.gobin-conftest
 
+$(STATICCHECK):
+	GOBIN=$(BIN)/.gobin-staticcheck go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv $(BIN)/.gobin-staticcheck/staticcheck $@ && rm -rf $(BIN)/.gobin-staticcheck
+
 .PHONY: tools
-tools: $(CONTROLLER_GEN) $(OPA) $(CONFTEST)
+tools: $(CONTROLLER_GEN) $(OPA) $(CONFTEST) $(STATICCHECK)
 
 ##@ Generation
 
@@ -59,8 +65,8 @@ manifests: $(CONTROLLER_GEN) ## CRDs, RBAC and webhook manifests.
 ##@ Control plane
 
 .PHONY: controlplane
-controlplane: ## Build kube-apiserver and etcd into bin/k8s from the Go module proxy.
-	hack/controlplane/build.sh $(K8S_BIN) kube-apiserver etcd
+controlplane: ## Build kube-apiserver, etcd and kube-controller-manager into bin/k8s from the Go module proxy.
+	hack/controlplane/build.sh $(K8S_BIN) kube-apiserver etcd kube-controller-manager
 
 .PHONY: kubectl
 kubectl:
@@ -83,6 +89,10 @@ fmt-check:
 vet:
 	go vet ./...
 
+.PHONY: staticcheck
+staticcheck: $(STATICCHECK) ## staticcheck on every package.
+	$(STATICCHECK) ./...
+
 .PHONY: check-generated
 check-generated: $(CONTROLLER_GEN) ## Fail if `make generate manifests` changes any file.
 	hack/check-generated.sh $(MAKE) generate manifests
@@ -103,11 +113,11 @@ unit: ## Unit tests (no control plane).
 	go test $(GO_TEST_FLAGS) $(UNIT_PKGS)
 
 .PHONY: envtest
-envtest: controlplane ## Integration suites against a real kube-apiserver and etcd.
+envtest: controlplane ## Integration suites against a real kube-apiserver and etcd (some with kube-controller-manager).
 	go test $(GO_TEST_FLAGS) -timeout 25m ./test/envtest/...
 
 .PHONY: test
-test: controlplane fmt-check vet check-generated check-decoupling unit policy envtest ## Everything CI runs.
+test: controlplane fmt-check vet staticcheck check-generated check-decoupling unit policy envtest ## Everything CI runs.
 	@echo "make test: all checks passed"
 
 .PHONY: bench

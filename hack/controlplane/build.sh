@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, etcd and kubectl into $1 (default ../../bin/k8s) from
-# the Go module proxy. Idempotent: a binary is rebuilt only when go.mod,
-# go.sum or this script is newer than it.
+# Builds the binaries named after $1 (kube-apiserver, etcd,
+# kube-controller-manager, kubectl; default the first two) into $1 (default
+# ../../bin/k8s) from the Go module proxy. Idempotent: a binary is rebuilt
+# only when go.mod, go.sum, this script or its main.go is newer than it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$here/../../bin/k8s}

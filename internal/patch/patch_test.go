@@ -2,6 +2,7 @@ package patch
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,5 +55,61 @@ func TestPatchWritesStatusFirstAndOnlyWhatChanged(t *testing.T) {
 	err := c.Get(context.Background(), client.ObjectKeyFromObject(lease), stored)
 	if err == nil && stored.Status.Phase != leasingv1alpha1.LeaseReleased {
 		t.Fatalf("status lost: %+v", stored.Status)
+	}
+	if err == nil && len(stored.Finalizers) != 0 {
+		t.Fatalf("the finalizer removal was lost behind the status patch: %v", stored.Finalizers)
+	}
+}
+
+func TestAFailedStatusPatchNeverHoldsBackTheFinalizer(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = leasingv1alpha1.AddToScheme(scheme)
+	lease := &leasingv1alpha1.MacNodeLease{
+		ObjectMeta: metav1.ObjectMeta{Name: "l1", Namespace: "t", Finalizers: []string{leasingv1alpha1.Finalizer, "example.com/keep"}},
+		Spec:       leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: "nope", MinimumDuration: "24h"},
+	}
+	refused := errors.New("status refused")
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(lease).WithStatusSubresource(lease).
+		WithInterceptorFuncs(interceptor.Funcs{
+			SubResourcePatch: func(context.Context, client.Client, string, client.Object, client.Patch, ...client.SubResourcePatchOption) error {
+				return refused
+			},
+		}).Build()
+	got := &leasingv1alpha1.MacNodeLease{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(lease), got); err != nil {
+		t.Fatal(err)
+	}
+	h := NewHelper(got, c)
+	got.Status.Phase = leasingv1alpha1.LeasePending
+	got.Finalizers = []string{"example.com/keep"}
+	err := h.Patch(context.Background(), got)
+	if !errors.Is(err, refused) {
+		t.Fatalf("want the status error reported, got %v", err)
+	}
+	stored := &leasingv1alpha1.MacNodeLease{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(lease), stored); err != nil {
+		t.Fatal(err)
+	}
+	if len(stored.Finalizers) != 1 || stored.Finalizers[0] != "example.com/keep" {
+		t.Fatalf("the finalizer removal was lost with the status: %v", stored.Finalizers)
+	}
+	if stored.Status.Phase != "" {
+		t.Fatalf("a refused status was written: %+v", stored.Status)
+	}
+
+	// Positive control: with the status accepted, both go.
+	c2 := fake.NewClientBuilder().WithScheme(scheme).WithObjects(lease.DeepCopy()).WithStatusSubresource(lease).Build()
+	got2 := &leasingv1alpha1.MacNodeLease{}
+	if err := c2.Get(context.Background(), client.ObjectKeyFromObject(lease), got2); err != nil {
+		t.Fatal(err)
+	}
+	h2 := NewHelper(got2, c2)
+	got2.Status.Phase = leasingv1alpha1.LeasePending
+	got2.Finalizers = []string{"example.com/keep"}
+	if err := h2.Patch(context.Background(), got2); err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.Get(context.Background(), client.ObjectKeyFromObject(lease), got2); err != nil || got2.Status.Phase != leasingv1alpha1.LeasePending || len(got2.Finalizers) != 1 {
+		t.Fatalf("positive control: %+v %v", got2, err)
 	}
 }

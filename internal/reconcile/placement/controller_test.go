@@ -140,6 +140,28 @@ func TestAPlaceholderPodStandsForEachRunningInstance(t *testing.T) {
 	if q.Value() != 1 {
 		t.Fatalf("the placeholder requests %v macOS VMs, want 1", q.String())
 	}
+	// A silent chassis' Node is tainted NoExecute by kube-controller-manager;
+	// the placeholder tolerates it for ever, so it is never evicted.
+	for _, key := range []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable} {
+		var found *corev1.Toleration
+		for i, tol := range pods.Items[0].Spec.Tolerations {
+			if tol.Key == key && tol.Effect == corev1.TaintEffectNoExecute {
+				found = &pods.Items[0].Spec.Tolerations[i]
+			}
+		}
+		if found == nil {
+			t.Fatalf("the placeholder does not tolerate %s:NoExecute: %+v", key, pods.Items[0].Spec.Tolerations)
+		}
+		if found.Operator != corev1.TolerationOpExists || found.TolerationSeconds != nil {
+			t.Fatalf("the placeholder tolerates %s:NoExecute only %+v, want Exists and no tolerationSeconds", key, *found)
+		}
+	}
+	// And it tolerates nothing else that evicts: no blanket toleration.
+	for _, tol := range pods.Items[0].Spec.Tolerations {
+		if tol.Key == "" {
+			t.Fatalf("the placeholder tolerates every taint: %+v", tol)
+		}
+	}
 	// Stopped: the placeholder goes.
 	a = get(t, c, "a")
 	a.Status.Runtime.Phase = computev1alpha1.VMStopped

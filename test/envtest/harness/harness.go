@@ -37,6 +37,8 @@ type Env struct {
 	Config      *rest.Config
 	Client      client.Client
 	Scheme      *k8sruntime.Scheme
+
+	controllerManagers []*ControllerManager
 }
 
 // Start boots kube-apiserver and etcd and installs every CRD under
@@ -80,12 +82,18 @@ func Start(customize ...func(*envtest.Environment)) (*Env, error) {
 	return &Env{Environment: env, Config: cfg, Client: cl, Scheme: scheme}, nil
 }
 
-// Stop stops the control plane.
+// Stop stops every kube-controller-manager StartControllerManager started,
+// then the control plane.
 func (e *Env) Stop() error {
 	if e == nil || e.Environment == nil {
 		return nil
 	}
-	return e.Environment.Stop()
+	var errs []error
+	for _, cm := range e.controllerManagers {
+		errs = append(errs, cm.Stop())
+	}
+	errs = append(errs, e.Environment.Stop())
+	return errors.Join(errs...)
 }
 
 // CRDNames lists the names of the CRDs the harness installed.

@@ -61,6 +61,11 @@ type OperatorOptions struct {
 	Log                     logr.Logger
 	// WebhooksOnly runs the webhooks without the controllers.
 	WebhooksOnly bool
+	// ApplyAdmissionPolicies makes the operator apply, and keep, its
+	// admission policies, their bindings and params, as it does in a
+	// cluster. Suites that install them with InstallAdmissionPolicies leave
+	// it off.
+	ApplyAdmissionPolicies bool
 	// HeartbeatGrace marks a chassis not ready when its agent's heartbeat
 	// is older; zero disables the check.
 	HeartbeatGrace time.Duration
@@ -117,6 +122,7 @@ func (e *Env) StartOperator(o OperatorOptions) (*Operator, error) {
 		Webhooks: o.Webhooks, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		LeaseTicks: op.Ticks, NodeTicks: op.NodeTicks, Registerer: prometheus.NewRegistry(),
 		WebhooksOnly: o.WebhooksOnly, PolicyNamespace: OperatorNamespace, HeartbeatGrace: o.HeartbeatGrace,
+		ApplyAdmissionPolicies: o.ApplyAdmissionPolicies,
 	}); err != nil {
 		cancel()
 		return nil, err

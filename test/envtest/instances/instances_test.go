@@ -13,6 +13,7 @@ import (
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -275,11 +276,14 @@ var _ = Describe("Instances on simulated minis", Ordered, func() {
 				}
 				return n
 			}).Should(Equal(2))
-			Consistently(func() int {
+			seenRunning := func() int {
 				mu.Lock()
 				defer mu.Unlock()
 				return maxRunning
-			}, "3s").Should(Equal(2))
+			}
+			// The watch may deliver the last Running a moment after the list shows it.
+			Eventually(seenRunning).Should(Equal(2))
+			Consistently(seenRunning, "3s").Should(Equal(2))
 			w.Stop()
 			<-done
 			Expect(maxPlaced).To(Equal(2), "a watch saw %d placed at once", maxPlaced)
@@ -322,6 +326,54 @@ var _ = Describe("Instances on simulated minis", Ordered, func() {
 		Eventually(func() bool { return agents[bound.Status.NodeName].HelperPID(uid) == 0 }).Should(BeTrue(), "its helper is gone")
 	})
 
+	It("keeps a silent chassis' placeholders when kube-controller-manager taints its Node unreachable:NoExecute", func() {
+		a := agents[bound.Status.NodeName]
+		placeholder := &corev1.Pod{}
+		Eventually(func() error {
+			return admin.Get(ctx, client.ObjectKey{Namespace: harness.OperatorNamespace, Name: "vm-" + string(get(second).UID)}, placeholder)
+		}).Should(Succeed(), "the running instance has its placeholder")
+		Expect(placeholder.Spec.NodeName).To(Equal(a.Node))
+		// Positive control: a Pod on the same Node with no tolerations of its
+		// own, so only the API server's default ones (1s in this suite).
+		plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: tenant.Namespace},
+			Spec: corev1.PodSpec{NodeName: a.Node, Containers: []corev1.Container{{Name: "c", Image: placement.PlaceholderImage}}}}
+		Expect(admin.Create(ctx, plain)).To(Succeed())
+		Expect(plain.Spec.Tolerations).To(ContainElement(And(HaveField("Key", corev1.TaintNodeUnreachable),
+			HaveField("TolerationSeconds", HaveValue(BeEquivalentTo(1))))), "the API server's default tolerations")
+
+		Expect(a.Stop()).To(Succeed())
+		silentSince := time.Now()
+		unreachable := And(HaveField("Key", corev1.TaintNodeUnreachable), HaveField("Effect", corev1.TaintEffectNoExecute))
+		nodeTaints := func() []corev1.Taint {
+			n := &corev1.Node{}
+			Expect(admin.Get(ctx, client.ObjectKey{Name: a.Node}, n)).To(Succeed())
+			return n.Spec.Taints
+		}
+		Eventually(nodeTaints, "40s").Should(ContainElement(unreachable), "kube-controller-manager taints the silent Node")
+		GinkgoWriter.Printf("unreachable:NoExecute %s after the agent stopped\n", time.Since(silentSince).Round(100*time.Millisecond))
+		// Deleted: with no kubelet to confirm, the Pod stays, being deleted.
+		Eventually(func() *metav1.Time {
+			p := &corev1.Pod{}
+			if err := admin.Get(ctx, client.ObjectKeyFromObject(plain), p); apierrors.IsNotFound(err) {
+				return &metav1.Time{}
+			}
+			return p.DeletionTimestamp
+		}, "20s").ShouldNot(BeNil(), "the taint-eviction controller deletes a Pod that does not tolerate the taint")
+		Expect(client.IgnoreNotFound(admin.Delete(ctx, plain, client.GracePeriodSeconds(0)))).To(Succeed())
+		Consistently(func(g Gomega) {
+			p := &corev1.Pod{}
+			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(placeholder), p)).To(Succeed())
+			g.Expect(p.UID).To(Equal(placeholder.UID), "the placeholder was deleted and made again")
+			g.Expect(p.DeletionTimestamp).To(BeNil(), "the placeholder is being deleted")
+			g.Expect(nodeTaints()).To(ContainElement(unreachable))
+		}, "3s", "250ms").Should(Succeed())
+
+		// The agent comes back: its Node is Ready again and the taint goes.
+		startAgent(a.Serial, a.StateDir)
+		Eventually(nodeTaints, "30s").ShouldNot(ContainElement(HaveField("Effect", corev1.TaintEffectNoExecute)))
+		Expect(phase(second)()).To(Equal(computev1alpha1.VMRunning))
+	})
+
 	It("marks a silent agent's chassis and Node NotReady", func() {
 		var silent *harness.Agent
 		for name, a := range agents {
@@ -333,7 +385,10 @@ var _ = Describe("Instances on simulated minis", Ordered, func() {
 		Expect(silent.Stop()).To(Succeed())
 		mn := &fleetv1alpha1.MacNode{}
 		Expect(admin.Get(ctx, client.ObjectKey{Name: silent.Node}, mn)).To(Succeed())
-		op.Step(time.Minute, mn)
+		// The fake clock stands at the suite's start, behind the real one the
+		// agents heartbeat on: move it a minute past the real now, so past
+		// the silent agent's last heartbeat and the 20s grace.
+		op.Step(time.Since(op.Clock.Now())+time.Minute, mn)
 		Eventually(func() corev1.ConditionStatus {
 			n := &corev1.Node{}
 			Expect(admin.Get(ctx, client.ObjectKey{Name: silent.Node}, n)).To(Succeed())
@@ -350,6 +405,42 @@ var _ = Describe("Instances on simulated minis", Ordered, func() {
 			Expect(admin.Get(ctx, client.ObjectKey{Name: silent.Node}, mn)).To(Succeed())
 			return mn.Status.Conditions
 		}).Should(ContainElement(And(HaveField("Type", fleetv1alpha1.ConditionAgentReady), HaveField("Status", metav1.ConditionFalse))))
+	})
+
+	// Last: it moves the operator's clock a day on.
+	It("keeps a deleted namespace Terminating while its lease is Held, until earliestReleaseAt", func() {
+		ns := &corev1.Namespace{}
+		Expect(admin.Get(ctx, client.ObjectKey{Name: tenant.Namespace}, ns)).To(Succeed())
+		Expect(admin.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "default"}, &corev1.ServiceAccount{})).To(Succeed(),
+			"kube-controller-manager gave the tenant's namespace its default ServiceAccount")
+		Expect(admin.Delete(ctx, ns)).To(Succeed())
+		// The namespace controller deletes the instances at once (the agent
+		// wipes their disks) and the lease, which the operator holds.
+		Eventually(func() []computev1alpha1.MacOSInstance {
+			list := &computev1alpha1.MacOSInstanceList{}
+			Expect(admin.List(ctx, list, client.InNamespace(tenant.Namespace))).To(Succeed())
+			return list.Items
+		}).Should(BeEmpty())
+		held := &leasingv1alpha1.MacNodeLease{}
+		Eventually(func() leasingv1alpha1.MacNodeLeasePhase {
+			Expect(admin.Get(ctx, client.ObjectKeyFromObject(bound), held)).To(Succeed())
+			return held.Status.Phase
+		}).Should(Equal(leasingv1alpha1.LeaseHeld))
+		Expect(held.DeletionTimestamp).NotTo(BeNil())
+		Eventually(func() []corev1.NamespaceCondition {
+			Expect(admin.Get(ctx, client.ObjectKey{Name: tenant.Namespace}, ns)).To(Succeed())
+			return ns.Status.Conditions
+		}).Should(ContainElement(And(HaveField("Type", corev1.NamespaceFinalizersRemaining), HaveField("Status", corev1.ConditionTrue),
+			HaveField("Message", ContainSubstring(leasingv1alpha1.Finalizer)))))
+		Consistently(func() corev1.NamespacePhase {
+			Expect(admin.Get(ctx, client.ObjectKey{Name: tenant.Namespace}, ns)).To(Succeed())
+			return ns.Status.Phase
+		}, "2s").Should(Equal(corev1.NamespaceTerminating), "the namespace controller retries each second")
+
+		op.Step(25*time.Hour, held)
+		Eventually(func() bool {
+			return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKey{Name: tenant.Namespace}, &corev1.Namespace{}))
+		}).Should(BeTrue(), "the namespace goes once the lease is released")
 	})
 })
 

@@ -1,7 +1,10 @@
 // Package instances runs the whole chassis path against a real API server:
 // the operator (webhooks, ValidatingAdmissionPolicies, controllers) and two
 // host agents, each as its own enrolled ServiceAccount, with real vm-helper
-// processes and the sim driver, whose kernel allows two VMs per host.
+// processes and the sim driver, whose kernel allows two VMs per host. A real
+// kube-controller-manager runs beside them (namespace finalisation, garbage
+// collection, default ServiceAccounts, node lifecycle and taint-based
+// eviction), with a node monitor grace period of 8s.
 package instances
 
 import (
@@ -24,6 +27,7 @@ import (
 var (
 	env        *harness.Env
 	op         *harness.Operator
+	kcm        *harness.ControllerManager
 	admin      client.Client
 	ctx        = context.Background()
 	helperPath string
@@ -45,9 +49,16 @@ var _ = BeforeSuite(func() {
 	helperPath, err = harness.BuildVMHelper(binDir)
 	Expect(err).NotTo(HaveOccurred())
 
-	env, err = harness.Start(harness.WithWebhooks)
+	// Pods without tolerations of their own are evicted 1s after their Node
+	// is tainted NoExecute (upstream 300s): the positive control of the
+	// placeholders' tolerations.
+	env, err = harness.Start(harness.WithWebhooks, harness.WithDefaultTolerationSeconds(1))
 	Expect(err).NotTo(HaveOccurred())
 	admin = env.Client
+	kcm, err = env.StartControllerManager(harness.ControllerManagerOptions{
+		NodeMonitorPeriod: time.Second, NodeMonitorGracePeriod: 8 * time.Second, Log: GinkgoWriter,
+	})
+	Expect(err).NotTo(HaveOccurred())
 	Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: harness.AgentsNamespace}})).To(Succeed())
 	Expect(env.ApplyYAML(ctx, "config/rbac/agent_role.yaml")).To(Succeed())
 	Expect(env.ApplyYAML(ctx, "config/rbac/tenant_roles.yaml")).To(Succeed())
@@ -63,13 +74,22 @@ var _ = AfterSuite(func() {
 	for _, a := range agents {
 		_ = a.Stop()
 	}
+	// The helpers outlive their agents by design: end them whatever fails
+	// below, so that no VM helper outlives a failed suite.
+	defer func() {
+		for _, a := range agents {
+			killHelpers(a)
+			_ = os.RemoveAll(a.StateDir)
+		}
+		_ = os.RemoveAll(binDir)
+	}()
+	var opErr error
 	if op != nil {
-		Expect(op.Stop()).To(Succeed())
+		opErr = op.Stop()
 	}
-	Expect(env.Stop()).To(Succeed())
-	for _, a := range agents {
-		killHelpers(a)
-		_ = os.RemoveAll(a.StateDir)
-	}
-	_ = os.RemoveAll(binDir)
+	kcmErr := kcm.Stop() // it must not have exited before
+	envErr := env.Stop()
+	Expect(opErr).NotTo(HaveOccurred())
+	Expect(kcmErr).NotTo(HaveOccurred())
+	Expect(envErr).NotTo(HaveOccurred())
 })

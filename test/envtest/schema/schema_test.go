@@ -181,11 +181,61 @@ var _ = Describe("The schema", func() {
 			Entry("words", "24 hours"),
 			Entry("a bare number", "24"),
 			Entry("a negative duration", "-24h"),
+			Entry("seven digits of hours, more than the pattern admits", "1000000h"),
+			Entry("2562048h, beyond any Go duration", "2562048h"),
+			Entry("a sub-second unit", "86400000ms"),
+			Entry("minutes before hours", "30m24h"),
 			Entry("a number, not a string", int64(86400)),
 		)
+		// The schema bounds the duration, so that no value beyond Go's
+		// durations (2562047h) reaches an engine; lease.floor's 87600h
+		// maximum is the policies' (see test/policy/lease_floor.yaml).
+		It("refuses 3000000h, and admits 87600h, the ten-year maximum", func() {
+			err := k8s.Create(ctx, lease(ns, "huge", func(s map[string]any) { s["minimumDuration"] = "3000000h" }))
+			expectSchemaRefusal(err, "spec.minimumDuration", metav1.CauseTypeFieldValueInvalid, "should match")
+			Expect(k8s.Create(ctx, lease(ns, "ten-years", func(s map[string]any) { s["minimumDuration"] = "87600h" }))).To(Succeed(),
+				"positive control: 87600h is within the pattern")
+		})
 		It("refuses a missing minimumDuration, because the schema has no default", func() {
 			err := k8s.Create(ctx, lease(ns, "missing", func(s map[string]any) { delete(s, "minimumDuration") }))
 			expectSchemaRefusal(err, "spec.minimumDuration", metav1.CauseTypeFieldValueRequired, "Required value")
+		})
+	})
+
+	Context("MacNodeLease.spec.nodeClassName", func() {
+		// bind writes the status the lease controller writes when it claims a
+		// chassis, as the administrator, through the status subresource.
+		bind := func(l *unstructured.Unstructured) {
+			GinkgoHelper()
+			Expect(unstructured.SetNestedMap(l.Object, map[string]any{
+				"phase": "Bound", "nodeName": "c02xl0ghjgh5", "serial": "C02XL0GHJGH5",
+				"boundAt": "2026-06-01T00:00:00Z", "earliestReleaseAt": "2026-06-02T00:00:00Z",
+			}, "status")).To(Succeed())
+			Expect(k8s.Status().Update(ctx, l)).To(Succeed(), "binding the lease as the operator would")
+		}
+		It("may change while the lease is pending", func() {
+			l := lease(ns, "pending", nil)
+			Expect(k8s.Create(ctx, l)).To(Succeed())
+			Expect(unstructured.SetNestedField(l.Object, "m4-pro-32g-2t", "spec", "nodeClassName")).To(Succeed())
+			Expect(k8s.Update(ctx, l)).To(Succeed(), "a lease without a status changes class")
+			Expect(unstructured.SetNestedMap(l.Object, map[string]any{"phase": "Pending"}, "status")).To(Succeed())
+			Expect(k8s.Status().Update(ctx, l)).To(Succeed())
+			Expect(unstructured.SetNestedField(l.Object, "m4-16g-1t", "spec", "nodeClassName")).To(Succeed())
+			Expect(k8s.Update(ctx, l)).To(Succeed(), "a Pending lease changes class")
+		})
+		It("is immutable once the lease is bound", func() {
+			l := lease(ns, "bound", nil)
+			Expect(k8s.Create(ctx, l)).To(Succeed())
+			bind(l)
+			changed := l.DeepCopy()
+			Expect(unstructured.SetNestedField(changed.Object, "m4-pro-32g-2t", "spec", "nodeClassName")).To(Succeed())
+			err := k8s.Update(ctx, changed)
+			expectSchemaRefusal(err, "spec.nodeClassName", metav1.CauseTypeFieldValueInvalid, "spec.nodeClassName is immutable once the lease is bound")
+
+			// Positive control: the bound lease takes other changes.
+			Expect(unstructured.SetNestedField(l.Object, "72h", "spec", "minimumDuration")).To(Succeed())
+			l.SetLabels(map[string]string{"team": "ios"})
+			Expect(k8s.Update(ctx, l)).To(Succeed(), "a bound lease is lengthened and relabelled")
 		})
 	})
 

@@ -1,0 +1,177 @@
+package hostile
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/agent"
+	"github.com/boualleiguie/macrack-operator/internal/enroll"
+	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
+)
+
+// serviceAccountClient impersonates ServiceAccount name of namespace, with
+// the groups the API server gives a ServiceAccount token.
+func serviceAccountClient(namespace, name string) client.Client {
+	GinkgoHelper()
+	c, err := env.ClientAs(fmt.Sprintf("system:serviceaccount:%s:%s", namespace, name),
+		"system:serviceaccounts", "system:serviceaccounts:"+namespace)
+	Expect(err).NotTo(HaveOccurred())
+	return c
+}
+
+// enrolled is a chassis enrolled as `macrackctl node enroll` does it, with
+// a client that acts as its agent.
+type enrolled struct {
+	node   string
+	client client.Client
+}
+
+// enrollChassis enrolls a chassis of class, registers its Node and reports
+// good facts as its agent, and waits until the operator makes it Ready.
+func enrollChassis(class string) enrolled {
+	GinkgoHelper()
+	serial := harness.NewSerial()
+	_, err := enroll.Enroll(ctx, admin, env.Config, enroll.Options{Serial: serial, Class: class,
+		AgentsNamespace: agentsNamespace, TokenTTL: time.Hour})
+	Expect(err).NotTo(HaveOccurred())
+	e := enrolled{node: enroll.NodeName(serial), client: serviceAccountClient(agentsNamespace, agent.ServiceAccountName(enroll.NodeName(serial)))}
+	// RBAC reads bindings from an informer: wait until the agent's are in force.
+	Eventually(func() error { _, err := agent.Register(ctx, e.client, e.node); return err }).Should(Succeed(),
+		"positive control: the enrolled agent registers its Node")
+	Eventually(func() error { return agent.ReportFacts(ctx, e.client, e.node, harness.GoodFacts()) }).Should(Succeed(),
+		"positive control: the enrolled agent reports its facts")
+	Eventually(func() fleetv1alpha1.MacNodePhase { return macNode(e.node).Status.Phase }).Should(Equal(fleetv1alpha1.MacNodeReady))
+	return e
+}
+
+// leasedChassis is a tenant's Bound lease and one placed instance.
+type leasedChassis struct {
+	tenant *harness.Tenant
+	lease  *leasingv1alpha1.MacNodeLease
+	inst   *computev1alpha1.MacOSInstance
+}
+
+// leaseOne leases a chassis of class for a new tenant and places one
+// instance on it.
+func leaseOne(class string) leasedChassis {
+	GinkgoHelper()
+	t, err := env.NewTenant(ctx, "tenant")
+	Expect(err).NotTo(HaveOccurred())
+	l := &leasingv1alpha1.MacNodeLease{ObjectMeta: metav1.ObjectMeta{Name: "l", Namespace: t.Namespace},
+		Spec: leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: class, MinimumDuration: "24h"}}
+	Expect(t.Client.Create(ctx, l)).To(Succeed())
+	Eventually(func() leasingv1alpha1.MacNodeLeasePhase {
+		Expect(admin.Get(ctx, client.ObjectKeyFromObject(l), l)).To(Succeed())
+		return l.Status.Phase
+	}).Should(Equal(leasingv1alpha1.LeaseBound))
+	inst := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: "ci", Namespace: t.Namespace},
+		Spec: computev1alpha1.MacOSInstanceSpec{LeaseName: "l", ImageName: "img", CPU: 4,
+			Memory: resource.MustParse("8Gi"), Disk: resource.MustParse("100Gi")}}
+	Eventually(func() error { return t.Client.Create(ctx, inst) }).Should(Succeed())
+	Eventually(func() string {
+		Expect(admin.Get(ctx, client.ObjectKeyFromObject(inst), inst)).To(Succeed())
+		return inst.Status.NodeName
+	}).Should(Equal(l.Status.NodeName))
+	return leasedChassis{tenant: t, lease: l, inst: inst}
+}
+
+func macNode(name string) *fleetv1alpha1.MacNode {
+	GinkgoHelper()
+	mn := &fleetv1alpha1.MacNode{}
+	Expect(admin.Get(ctx, client.ObjectKey{Name: name}, mn)).To(Succeed())
+	return mn
+}
+
+// The layers a refusal comes from.
+
+func expectPolicyDenial(err error, rule string) {
+	GinkgoHelper()
+	Expect(err).To(HaveOccurred(), "want a %s denial", rule)
+	vap := fmt.Sprintf("ValidatingAdmissionPolicy 'macrack-%s'", strings.NewReplacer(".", "-").Replace(rule))
+	Expect(err.Error()).To(ContainSubstring(vap), "refused by another layer: %v", err)
+	Expect(err.Error()).To(ContainSubstring(rule + ": "))
+}
+
+// expectWebhookDenial asserts the validating webhook refused with rule.
+func expectWebhookDenial(err error, rule string) {
+	GinkgoHelper()
+	Expect(err).To(HaveOccurred(), "want a %s denial", rule)
+	Expect(err.Error()).To(ContainSubstring("admission webhook \"vmacosinstance.macrack.io\" denied the request"), "refused by another layer: %v", err)
+	Expect(err.Error()).To(ContainSubstring(rule + ": "))
+}
+
+func expectRBACDenial(err error, verb, resource string) {
+	GinkgoHelper()
+	Expect(err).To(HaveOccurred(), "want RBAC to refuse %s %s", verb, resource)
+	Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want 403, got %v", err)
+	Expect(err.Error()).To(ContainSubstring(fmt.Sprintf("cannot %s resource %q", verb, resource)), "not RBAC: %v", err)
+	Expect(err.Error()).NotTo(ContainSubstring("ValidatingAdmissionPolicy"))
+}
+
+func mergePatch(patch map[string]any) client.Patch {
+	GinkgoHelper()
+	raw, err := json.Marshal(patch)
+	Expect(err).NotTo(HaveOccurred())
+	return client.RawPatch(types.MergePatchType, raw)
+}
+
+// writes are the attacks of the review on a leased chassis, as c.
+type attack struct {
+	name string
+	// verb and resource name what RBAC refuses.
+	verb, resource string
+	do             func(c client.Client, target leasedChassis) error
+}
+
+func attacks() []attack {
+	return []attack{
+		{"mint a token for the operator's ServiceAccount", "create", "serviceaccounts/token", func(c client.Client, _ leasedChassis) error {
+			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: operatorServiceAccount, Namespace: harness.OperatorNamespace}}
+			return c.SubResource("token").Create(ctx, sa, tokenRequest(3600))
+		}},
+		{"mint a token for the leased chassis' agent", "create", "serviceaccounts/token", func(c client.Client, t leasedChassis) error {
+			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: agent.ServiceAccountName(t.lease.Status.NodeName), Namespace: agentsNamespace}}
+			return c.SubResource("token").Create(ctx, sa, tokenRequest(3600))
+		}},
+		{"replace the leased Node's taints", "patch", "nodes", func(c client.Client, t leasedChassis) error {
+			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: t.lease.Status.NodeName}}
+			return c.Patch(ctx, n, mergePatch(map[string]any{"spec": map[string]any{"taints": []any{
+				map[string]any{"key": agent.UnleasedKey, "effect": "NoSchedule"}}}}))
+		}},
+		{"clear the leased MacNode's slots", "patch", "macnodes/status", func(c client.Client, t leasedChassis) error {
+			mn := &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: t.lease.Status.NodeName}}
+			return c.Status().Patch(ctx, mn, mergePatch(map[string]any{"status": map[string]any{"slots": nil}}))
+		}},
+		{"stop the tenant's VM", "patch", "macosinstances/status", func(c client.Client, t leasedChassis) error {
+			return c.Status().Patch(ctx, t.inst.DeepCopy(), mergePatch(map[string]any{"status": map[string]any{
+				"runtime": map[string]any{"phase": string(computev1alpha1.VMStopped)}}}))
+		}},
+	}
+}
+
+// tokenRequest asks for a token of the API server's audiences (an empty
+// list, which the API server fills) that lasts seconds.
+func tokenRequest(seconds int64, audiences ...string) *authenticationv1.TokenRequest {
+	return &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		Audiences: audiences, ExpirationSeconds: ptr.To(seconds)}}
+}
+
+// operatorServiceAccount is the operator's ServiceAccount, as an install
+// creates it; an attacker with a token for it would be the operator.
+const operatorServiceAccount = "macrack-operator"

@@ -1,0 +1,154 @@
+package hostile
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
+)
+
+var _ = Describe("lifecycle", Ordered, ContinueOnFailure, func() {
+	const class = "m4-hostile-lifecycle"
+	var a enrolled
+
+	BeforeAll(func() {
+		_, err := harness.CreateClass(ctx, admin, class, 2)
+		Expect(err).NotTo(HaveOccurred())
+		a = enrollChassis(class)
+	})
+
+	It("deletes a lease that never bound at once, and its namespace with it", func() {
+		t, err := env.NewTenant(ctx, "careless")
+		Expect(err).NotTo(HaveOccurred())
+		l := &leasingv1alpha1.MacNodeLease{ObjectMeta: metav1.ObjectMeta{Name: "typo", Namespace: t.Namespace},
+			Spec: leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: "nope", MinimumDuration: "24h"}}
+		Expect(t.Client.Create(ctx, l)).To(Succeed())
+		Eventually(func() []string {
+			Expect(admin.Get(ctx, client.ObjectKeyFromObject(l), l)).To(Succeed())
+			return l.Finalizers
+		}).Should(ContainElement(leasingv1alpha1.Finalizer), "the operator took the lease in hand")
+		Eventually(func() string {
+			Expect(admin.Get(ctx, client.ObjectKeyFromObject(l), l)).To(Succeed())
+			for _, c := range l.Status.Conditions {
+				if c.Type == leasingv1alpha1.ConditionBound {
+					return c.Reason
+				}
+			}
+			return ""
+		}).Should(Equal(leasingv1alpha1.ReasonClassNotFound), "positive control: the tenant is told why it waits")
+
+		Expect(t.Client.Delete(ctx, l)).To(Succeed())
+		Eventually(func() bool { return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(l), l)) }).Should(BeTrue(),
+			"a lease that never bound holds nothing, and goes at once")
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: t.Namespace}}
+		Expect(admin.Delete(ctx, ns)).To(Succeed())
+		Eventually(func() bool { return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(ns), ns)) }).Should(BeTrue(),
+			"kube-controller-manager finishes the namespace once MacRack's finalizers allow it")
+	})
+
+	It("lets no one but the node's agent, after the wipe, strip macrack.io/disk-wipe", func() {
+		leased := leaseOne(class)
+		inst := leased.inst.DeepCopy()
+		Expect(a.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
+			"finalizers": []any{computev1alpha1.DiskWipeFinalizer}}}))).To(Succeed(), "positive control: the agent takes the instance in hand")
+
+		By("the tenant strips every finalizer")
+		expectPolicyDenial(leased.tenant.Client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{"finalizers": nil}})), "instance.wipe")
+		Expect(leased.tenant.Client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
+			"finalizers": []any{computev1alpha1.DiskWipeFinalizer, "example.com/keep"}}}))).To(Succeed(), "positive control: the tenant's own finalizer is its own")
+
+		By("the agent, before the wipe is on record")
+		expectPolicyDenial(a.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
+			"finalizers": []any{"example.com/keep"}}})), "instance.wipe")
+
+		Expect(leased.tenant.Client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
+			"finalizers": []any{computev1alpha1.DiskWipeFinalizer}}}))).To(Succeed(), "positive control: the tenant removes its own finalizer")
+
+		By("the agent, once it is")
+		Expect(a.client.Status().Patch(ctx, inst, mergePatch(map[string]any{"status": map[string]any{
+			"runtime": map[string]any{"phase": string(computev1alpha1.VMStopped), "wipedAt": time.Now().UTC().Format(time.RFC3339)}}}))).To(Succeed())
+		Expect(a.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
+			"finalizers": []any{}}}))).To(Succeed())
+
+		Expect(leased.tenant.Client.Delete(ctx, inst)).To(Succeed())
+		Expect(leased.tenant.Client.Delete(ctx, leased.lease.DeepCopy())).To(Succeed())
+		op.Step(25*time.Hour, leased.lease)
+		Eventually(func() *fleetv1alpha1.Binding { return macNode(a.node).Status.Binding }).Should(BeNil())
+		Eventually(func() fleetv1alpha1.MacNodePhase { return macNode(a.node).Status.Phase }).Should(Equal(fleetv1alpha1.MacNodeReady))
+	})
+
+	It("refuses at admission an instance whose disk cannot hold its image, with both sizes", func() {
+		Expect(harness.CreateImage(ctx, admin, "sequoia-120", "120Gi")).To(Succeed())
+		leased := leaseOne(class)
+		small := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: "small", Namespace: leased.tenant.Namespace},
+			Spec: computev1alpha1.MacOSInstanceSpec{LeaseName: leased.lease.Name, ImageName: "sequoia-120", CPU: 4,
+				Memory: resource.MustParse("8Gi"), Disk: resource.MustParse("100Gi")}}
+		err := leased.tenant.Client.Create(ctx, small)
+		expectWebhookDenial(err, "instance.image")
+		Expect(err.Error()).To(ContainSubstring("disk 100Gi is smaller than image sequoia-120, which needs 120Gi"))
+
+		missing := small.DeepCopy()
+		missing.Name, missing.Spec.ImageName, missing.Spec.Disk = "missing", "no-such-image", resource.MustParse("200Gi")
+		expectWebhookDenial(leased.tenant.Client.Create(ctx, missing), "instance.image")
+
+		big := small.DeepCopy()
+		big.Name, big.Spec.Disk = "big", resource.MustParse("120Gi")
+		Expect(leased.tenant.Client.Create(ctx, big)).To(Succeed(), "positive control: a disk that holds the image")
+
+		// Let the chassis go for the next case: the instances have no agent
+		// finalizer yet, so release needs no wipe.
+		Expect(leased.tenant.Client.Delete(ctx, leased.inst.DeepCopy())).To(Succeed())
+		Expect(leased.tenant.Client.Delete(ctx, big)).To(Succeed())
+		Expect(leased.tenant.Client.Delete(ctx, leased.lease.DeepCopy())).To(Succeed())
+		op.Step(25*time.Hour, leased.lease)
+		Eventually(func() *fleetv1alpha1.Binding { return macNode(a.node).Status.Binding }).Should(BeNil())
+		Eventually(func() fleetv1alpha1.MacNodePhase { return macNode(a.node).Status.Phase }).Should(Equal(fleetv1alpha1.MacNodeReady))
+	})
+
+	It("releases at earliestReleaseAt a chassis whose wiped instance only its tenant's finalizer keeps", func() {
+		leased := leaseOne(class)
+		Expect(leased.lease.Status.NodeName).To(Equal(a.node))
+		inst := leased.inst.DeepCopy()
+		// The agent takes the instance in hand; its tenant adds a finalizer of
+		// its own.
+		Expect(a.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
+			"resourceVersion": inst.ResourceVersion,
+			"finalizers":      []any{computev1alpha1.DiskWipeFinalizer}}}))).To(Succeed())
+		Expect(leased.tenant.Client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
+			"finalizers": []any{computev1alpha1.DiskWipeFinalizer, "example.com/keep"}}}))).To(Succeed())
+
+		Expect(leased.tenant.Client.Delete(ctx, leased.lease.DeepCopy())).To(Succeed())
+		op.Step(25*time.Hour, leased.lease)
+		Eventually(func() *metav1.Time {
+			Expect(admin.Get(ctx, client.ObjectKeyFromObject(inst), inst)).To(Succeed())
+			return inst.DeletionTimestamp
+		}).ShouldNot(BeNil(), "release deletes the lease's instances")
+
+		By("the chassis stays out of the pool while its agent has not wiped the disk")
+		Consistently(func() *fleetv1alpha1.Binding { return macNode(a.node).Status.Binding }, 2*time.Second).ShouldNot(BeNil())
+
+		By("the agent stops the VM, wipes the disk and lets the instance go")
+		Expect(a.client.Status().Patch(ctx, inst, mergePatch(map[string]any{"status": map[string]any{
+			"runtime": map[string]any{"phase": string(computev1alpha1.VMStopped), "wipedAt": time.Now().UTC().Format(time.RFC3339)}}}))).To(Succeed())
+		Expect(a.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
+			"finalizers": []any{"example.com/keep"}}}))).To(Succeed())
+
+		Eventually(func() *fleetv1alpha1.Binding { return macNode(a.node).Status.Binding }).Should(BeNil(),
+			"MacRack's work is done: the tenant's own finalizer does not hold the chassis")
+		Eventually(func() bool {
+			return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(leased.lease), &leasingv1alpha1.MacNodeLease{}))
+		}).Should(BeTrue())
+		Expect(admin.Get(ctx, client.ObjectKeyFromObject(inst), inst)).To(Succeed())
+		Expect(inst.Finalizers).To(Equal([]string{"example.com/keep"}), "the tenant's finalizer is the tenant's business")
+	})
+})
