@@ -6,7 +6,8 @@ package policies
 import "embed"
 
 // FS is the policy bundle: <area>/<rule>.rego, their tests, the CEL twins
-// (<area>/<rule>.cel.yaml) and the conftest entry point.
+// (<area>/<rule>.cel.yaml), the conftest entry point, and bundle.yaml, the
+// bundle's serial.
 //
-//go:embed lib lease tenancy instance node quota agent conftest
+//go:embed lib lease tenancy instance node quota agent conftest bundle.yaml
 var FS embed.FS

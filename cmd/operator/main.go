@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -40,6 +41,7 @@ type options struct {
 	policyNamespace         string
 	agentsNamespace         string
 	operatorUsername        string
+	agentTokenAudiences     string
 	maxConcurrentReconciles int
 	policyTimeout           time.Duration
 	heartbeatInterval       time.Duration
@@ -63,6 +65,8 @@ func main() {
 	fs.BoolVar(&opts.applyAdmissionPolicies, "apply-admission-policies", true, "Apply the ValidatingAdmissionPolicies, their bindings and params at start-up.")
 	fs.StringVar(&opts.policyNamespace, "policy-namespace", envOr("POD_NAMESPACE", policy.DefaultParamsNamespace), "The namespace of the policies' params ConfigMap (the operator's own).")
 	fs.StringVar(&opts.agentsNamespace, "agents-namespace", "macrack-agents", "The namespace of the host agents' ServiceAccounts (agent-<node>).")
+	fs.StringVar(&opts.agentTokenAudiences, "agent-token-audiences", "",
+		"The API server's token audiences (its --api-audiences, comma-separated): agents may request tokens for these only. Empty: the audiences of the operator's own ServiceAccount token.")
 	fs.StringVar(&opts.operatorUsername, "operator-username", "system:serviceaccount:macrack-system:macrack-operator", "The operator's own username, as the API server sees it.")
 	fs.IntVar(&opts.maxConcurrentReconciles, "max-concurrent-reconciles", 4, "Parallel lease reconciles.")
 	fs.DurationVar(&opts.policyTimeout, "policy-timeout", policy.DefaultTimeout, "The deadline of one policy decision; past it, the request is denied.")
@@ -125,13 +129,22 @@ func run(log logr.Logger, opts options) error {
 	if err != nil {
 		return err
 	}
-	log.Info("Policies loaded", "revision", engine.Revision(), "rules", len(engine.Rules()))
+	log.Info("Policies loaded", "revision", engine.Revision(), "serial", engine.Serial(), "rules", len(engine.Rules()))
+	if opts.agentTokenAudiences == "" {
+		auds, err := ownTokenAudiences(serviceAccountTokenFile)
+		if err != nil {
+			return fmt.Errorf("--agent-token-audiences is not set, and %w", err)
+		}
+		opts.agentTokenAudiences = strings.Join(auds, ",")
+		log.Info("Agent token audiences read from the operator's own token", "audiences", auds)
+	}
 	if err := operator.Setup(ctx, mgr, operator.Options{
 		Engine: engine,
 		Clock:  clock.RealClock{},
 		Params: policy.Params{
-			AgentsNamespace:  opts.agentsNamespace,
-			OperatorUsername: opts.operatorUsername,
+			AgentsNamespace:     opts.agentsNamespace,
+			OperatorUsername:    opts.operatorUsername,
+			AgentTokenAudiences: opts.agentTokenAudiences,
 		},
 		Webhooks:                opts.enableWebhooks,
 		ApplyAdmissionPolicies:  opts.applyAdmissionPolicies,

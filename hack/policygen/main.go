@@ -57,6 +57,9 @@ func run(root string) error {
 	if err != nil {
 		return err
 	}
+	if err := raiseSerial(filepath.Join(root, "policies", policy.BundleFile), engine.Revision()); err != nil {
+		return err
+	}
 	dir := filepath.Join(root, "config", "policies")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -68,17 +71,23 @@ func run(root string) error {
 		}
 	}
 	resources := []string{"params.yaml"}
-	params := policy.ParamsConfigMap(policy.DefaultParamsNamespace, policy.Params{
-		AgentsNamespace:  "macrack-agents",
-		OperatorUsername: "system:serviceaccount:macrack-system:macrack-operator",
-	})
+	defaults := policy.Params{
+		AgentsNamespace:     "macrack-agents",
+		OperatorUsername:    "system:serviceaccount:macrack-system:macrack-operator",
+		AgentTokenAudiences: "https://kubernetes.default.svc.cluster.local",
+	}
+	params := policy.ParamsConfigMap(policy.DefaultParamsNamespace, defaults)
 	if err := writeObjects(filepath.Join(dir, "params.yaml"),
-		"The params every MacRack ValidatingAdmissionPolicy reads. The operator applies it with its own settings.", params); err != nil {
+		"The settings the operator renders its policies with, as it records them. No ValidatingAdmissionPolicy reads it:\nthe settings are written into each policy. The operator applies both with its own settings.", params); err != nil {
 		return err
 	}
-	for _, ap := range engine.AdmissionPolicies(policy.DefaultParamsNamespace) {
+	aps, err := engine.AdmissionPolicies(policy.DefaultParamsNamespace, defaults)
+	if err != nil {
+		return err
+	}
+	for _, ap := range aps {
 		name := ap.Policy.Name + ".yaml"
-		header := fmt.Sprintf("%s, generated from policies/ by `make generate`. DO NOT EDIT.\nThe operator applies it at start-up; the webhooks evaluate the same CEL in-process.", ap.Rule)
+		header := fmt.Sprintf("%s, generated from policies/ by `make generate`, with the default settings. DO NOT EDIT.\nThe operator applies it, with its own settings, at start-up; the webhooks evaluate the same CEL in-process.", ap.Rule)
 		if err := writeObjects(filepath.Join(dir, name), header, ap.Policy, ap.Binding); err != nil {
 			return err
 		}
@@ -126,4 +135,30 @@ func write(path string, data []byte) error {
 		return err
 	}
 	return os.WriteFile(path, data, 0o644)
+}
+
+// raiseSerial raises the bundle's serial when its revision changed, so that
+// a newer bundle always carries a higher serial.
+func raiseSerial(path, revision string) error {
+	var b policy.Bundle
+	if data, err := os.ReadFile(path); err == nil {
+		if err := yaml.UnmarshalStrict(data, &b); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	} else if !os.IsNotExist(err) {
+		return err
+	}
+	if b.Revision == revision {
+		return nil
+	}
+	b.Serial++
+	b.Revision = revision
+	out, err := yaml.Marshal(b)
+	if err != nil {
+		return err
+	}
+	header := "# The policy bundle's serial. `make generate` raises it whenever the rules change\n" +
+		"# (the revision is their content hash), so that an operator never replaces newer\n" +
+		"# admission policies with older ones during a rolling upgrade. DO NOT EDIT.\n"
+	return write(path, append([]byte(header), out...))
 }

@@ -13,10 +13,12 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 )
 
 // HeartbeatNamespace holds the heartbeat Leases, as it does kubelets'.
-const HeartbeatNamespace = "kube-node-lease"
+const HeartbeatNamespace = fleetv1alpha1.HeartbeatNamespace
 
 // Heartbeat renews the agent's own Lease in kube-node-lease and keeps its
 // Node's Ready condition. Heartbeats go through the Lease, never through

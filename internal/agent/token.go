@@ -13,10 +13,18 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 )
 
+// MaxTokenTTL is the longest token agent.scope lets an agent request for
+// itself.
+const MaxTokenTTL = 24 * time.Hour
+
 // ServiceAccountName is the agent's ServiceAccount for a node.
-func ServiceAccountName(nodeName string) string { return "agent-" + nodeName }
+func ServiceAccountName(nodeName string) string {
+	return fleetv1alpha1.AgentServiceAccountPrefix + nodeName
+}
 
 // TokenRenewer renews the agent's own token with TokenRequest, for itself
 // only (agent.scope), and writes it where the client reads its bearer token

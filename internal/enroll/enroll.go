@@ -14,6 +14,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -73,16 +74,89 @@ func Enroll(ctx context.Context, c client.Client, cfg *rest.Config, o Options) (
 			return nil, fmt.Errorf("%w: MacNode %s exists with class %s, not %s", ErrInvalid, name, existing.Spec.NodeClassName, o.Class)
 		}
 	}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "agent-" + name, Namespace: o.AgentsNamespace,
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: fleetv1alpha1.AgentServiceAccountPrefix + name, Namespace: o.AgentsNamespace,
 		Labels: map[string]string{"app.kubernetes.io/part-of": "macrack", "macrack.io/serial": o.Serial}}}
 	if err := c.Create(ctx, sa); client.IgnoreAlreadyExists(err) != nil {
 		return nil, fmt.Errorf("creating ServiceAccount %s/%s: %w", sa.Namespace, sa.Name, err)
+	}
+	owner := &fleetv1alpha1.MacNode{}
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, owner); err != nil {
+		return nil, fmt.Errorf("getting MacNode %s: %w", name, err)
+	}
+	for _, b := range AgentBindings(owner, o.AgentsNamespace) {
+		if err := c.Create(ctx, b); client.IgnoreAlreadyExists(err) != nil {
+			return nil, fmt.Errorf("binding %s's roles: creating %T %s: %w", sa.Name, b, b.GetName(), err)
+		}
 	}
 	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(o.TokenTTL / time.Second))}}
 	if err := c.SubResource("token").Create(ctx, sa, tr); err != nil {
 		return nil, fmt.Errorf("requesting the bootstrap token: %w", err)
 	}
-	return Kubeconfig(cfg, "agent-"+name, tr.Status.Token)
+	return Kubeconfig(cfg, fleetv1alpha1.AgentServiceAccountPrefix+name, tr.Status.Token)
+}
+
+// Roles the agents' bindings grant (config/rbac/agent_role.yaml), and where.
+const (
+	// AgentRole: its Node, MacNode and instances, cluster-wide, narrowed by
+	// agent.scope.
+	AgentRole = "macrack-agent"
+	// AgentTokenRole, in the agents' namespace: its own tokens.
+	AgentTokenRole = "macrack-agent-token"
+	// AgentEventsRole, in EventsNamespace: Events about its Node and MacNode.
+	AgentEventsRole = "macrack-agent-events"
+	// EventsNamespace is where the API server keeps Events about
+	// cluster-scoped objects.
+	EventsNamespace = metav1.NamespaceDefault
+	// AgentHeartbeatRole, in the heartbeat namespace: its heartbeat Lease.
+	AgentHeartbeatRole = "macrack-agent-heartbeat"
+)
+
+// AgentBindings are the bindings that make the ServiceAccount agent-<node>,
+// and no other identity of the agents' namespace, the agent of mn. The
+// MacNode owns them, so that deleting it revokes its agent. Per-agent
+// bindings, not one binding to the namespace's group: the namespace holds
+// other ServiceAccounts (kube-controller-manager creates `default` in every
+// namespace), and RBAC is the layer that holds even when the admission
+// policies are missing.
+func AgentBindings(mn *fleetv1alpha1.MacNode, agentsNamespace string) []client.Object {
+	name := "macrack-agent-" + mn.Name
+	meta := func(namespace string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: name, Namespace: namespace,
+			Labels: map[string]string{"app.kubernetes.io/part-of": "macrack", "macrack.io/serial": mn.Spec.Serial},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: fleetv1alpha1.GroupVersion.String(), Kind: "MacNode",
+				Name: mn.Name, UID: mn.UID}}}
+	}
+	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: fleetv1alpha1.AgentServiceAccountPrefix + mn.Name, Namespace: agentsNamespace}}
+	role := func(r string) rbacv1.RoleRef {
+		return rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: r}
+	}
+	return []client.Object{
+		&rbacv1.ClusterRoleBinding{ObjectMeta: meta(""), RoleRef: role(AgentRole), Subjects: subjects},
+		&rbacv1.RoleBinding{ObjectMeta: meta(agentsNamespace), RoleRef: role(AgentTokenRole), Subjects: subjects},
+		&rbacv1.RoleBinding{ObjectMeta: meta(EventsNamespace), RoleRef: role(AgentEventsRole), Subjects: subjects},
+		&rbacv1.RoleBinding{ObjectMeta: meta(fleetv1alpha1.HeartbeatNamespace), RoleRef: role(AgentHeartbeatRole), Subjects: subjects},
+	}
+}
+
+// APIAudiences asks the API server for its token audiences: the audiences
+// it gives a token requested with none (it fills an empty spec.audiences
+// before admission). It requests a short-lived token for a probe
+// ServiceAccount in namespace, which it creates if need be. The operator's
+// --agent-token-audiences takes the answer.
+func APIAudiences(ctx context.Context, c client.Client, namespace string) ([]string, error) {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "macrack-audience-probe", Namespace: namespace,
+		Labels: map[string]string{"app.kubernetes.io/part-of": "macrack"}}}
+	if err := c.Create(ctx, sa); client.IgnoreAlreadyExists(err) != nil {
+		return nil, fmt.Errorf("creating ServiceAccount %s/%s: %w", sa.Namespace, sa.Name, err)
+	}
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(600))}}
+	if err := c.SubResource("token").Create(ctx, sa, tr); err != nil {
+		return nil, fmt.Errorf("requesting a token to learn the API server's audiences: %w", err)
+	}
+	if len(tr.Spec.Audiences) == 0 {
+		return nil, fmt.Errorf("the API server answered a token request without audiences")
+	}
+	return tr.Spec.Audiences, nil
 }
 
 // Kubeconfig renders a kubeconfig for user with token against cfg's server.

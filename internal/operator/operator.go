@@ -56,6 +56,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if o.Engine == nil || o.Clock == nil {
 		return errors.New("operator: Engine and Clock are required")
 	}
+	if err := o.Params.Validate(); err != nil {
+		return fmt.Errorf("operator: the policies' settings: %w", err)
+	}
 	if err := index.Register(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
@@ -100,11 +103,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		}
 	}
 	if o.ApplyAdmissionPolicies {
-		if err := mgr.Add(&admission.PolicyApplier{
+		if err := (&admission.PolicyApplier{
 			Client: mgr.GetClient(), Engine: o.Engine, Namespace: o.PolicyNamespace, Params: o.Params,
-			Log: mgr.GetLogger().WithName("admission-policies"),
-		}); err != nil {
-			return err
+		}).SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up the admission policies: %w", err)
 		}
 	}
 	return nil

@@ -22,11 +22,51 @@ import (
 )
 
 // celRule is a CEL twin compiled exactly as the API server compiles a
-// ValidatingAdmissionPolicy (k8s.io/apiserver's validating plugin).
+// ValidatingAdmissionPolicy (k8s.io/apiserver's validating plugin). A twin
+// with settings is compiled once per Params it is asked about, as the
+// operator renders one policy from its own.
 type celRule struct {
-	file   *celFile
-	policy *admissionregistrationv1.ValidatingAdmissionPolicy
-	vap    *compiledVAP
+	file     *celFile
+	policy   *admissionregistrationv1.ValidatingAdmissionPolicy
+	vap      *compiledVAP
+	envSet   *environment.EnvSet
+	revision string
+	rendered boundedCache[Params, *compiledVAP]
+}
+
+// settingsProbe renders twins with settings at load, so that one that does
+// not compile fails the load rather than its first request.
+var settingsProbe = Params{AgentsNamespace: "macrack-agents", AgentTokenAudiences: "https://kubernetes.default.svc"}
+
+func newCELRule(envSet *environment.EnvSet, f *celFile, revision string, defaults Params) (*celRule, error) {
+	r := &celRule{file: f, envSet: envSet, revision: revision}
+	probe := defaults
+	if len(f.Settings) > 0 && probe.Validate() != nil {
+		probe = settingsProbe
+	}
+	rf, err := f.rendered(probe)
+	if err != nil {
+		return nil, err
+	}
+	r.policy = rf.vap(revision)
+	if r.vap, err = compileVAP(envSet, r.policy); err != nil {
+		return nil, fmt.Errorf("%s: %w", f.path, err)
+	}
+	return r, nil
+}
+
+// compiledFor is the twin as the operator would render it from p.
+func (r *celRule) compiledFor(p Params) (*compiledVAP, error) {
+	if len(r.file.Settings) == 0 {
+		return r.vap, nil
+	}
+	return r.rendered.get(p, func() (*compiledVAP, error) {
+		rf, err := r.file.rendered(p)
+		if err != nil {
+			return nil, err
+		}
+		return compileVAP(r.envSet, rf.vap(r.revision))
+	})
 }
 
 // compiledVAP holds the policy's compiled programs: match conditions,
@@ -140,6 +180,10 @@ func (r *celRule) eval(ctx context.Context, in *Input, params runtime.Object) ou
 	if !r.file.Params {
 		params = nil
 	}
+	vap, err := r.compiledFor(in.Params)
+	if err != nil {
+		return outcome{errs: []string{err.Error()}}
+	}
 	req := in.Request
 	attrs := admission.NewAttributesRecord(obj, old, req.Kind, req.Namespace, req.Name, req.Resource, req.SubResource,
 		admission.Operation(req.Operation), nil, false,
@@ -147,8 +191,8 @@ func (r *celRule) eval(ctx context.Context, in *Input, params runtime.Object) ou
 	versioned := &admission.VersionedAttributes{Attributes: attrs, VersionedKind: req.Kind,
 		VersionedObject: admission.NewLazyObject(obj), VersionedOldObject: admission.NewLazyObject(old)}
 
-	if r.vap.matcher != nil {
-		m := r.vap.matcher.Match(ctx, versioned, params, nil)
+	if vap.matcher != nil {
+		m := vap.matcher.Match(ctx, versioned, params, nil)
 		if m.Error != nil {
 			return outcome{errs: []string{m.Error.Error()}}
 		}
@@ -157,7 +201,7 @@ func (r *celRule) eval(ctx context.Context, in *Input, params runtime.Object) ou
 		}
 	}
 	request := plugincel.CreateAdmissionRequest(attrs, metav1.GroupVersionResource(req.Resource), metav1.GroupVersionKind(req.Kind))
-	results, remaining, err := r.vap.validations.ForInput(ctx, versioned, request,
+	results, remaining, err := vap.validations.ForInput(ctx, versioned, request,
 		plugincel.OptionalVariableBindings{VersionedParams: params}, nil, celconfig.RuntimeCELCostBudget)
 	if err != nil {
 		return outcome{errs: []string{err.Error()}}
@@ -173,7 +217,7 @@ func (r *celRule) eval(ctx context.Context, in *Input, params runtime.Object) ou
 		}
 	}
 	if len(denied) > 0 {
-		messages, _, _ := r.vap.messages.ForInput(ctx, versioned, request,
+		messages, _, _ := vap.messages.ForInput(ctx, versioned, request,
 			plugincel.OptionalVariableBindings{VersionedParams: params}, nil, remaining)
 		for _, i := range denied {
 			v := r.file.Validations[i]

@@ -19,6 +19,7 @@ type celFile struct {
 	ID               string                                   `json:"id"`
 	Kinds            []string                                 `json:"kinds"`
 	Params           bool                                     `json:"params,omitempty"`
+	Settings         []string                                 `json:"settings,omitempty"`
 	Reason           metav1.StatusReason                      `json:"reason,omitempty"`
 	MatchConstraints admissionregistrationv1.MatchResources   `json:"matchConstraints"`
 	MatchConditions  []admissionregistrationv1.MatchCondition `json:"matchConditions,omitempty"`

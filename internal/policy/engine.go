@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -20,6 +21,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
 )
 
 // Engine holds the compiled rules. It is safe for concurrent use.
@@ -27,6 +29,7 @@ type Engine struct {
 	rules    []*Rule
 	byKind   map[string][]*Rule
 	revision string
+	serial   int64
 	params   Params
 	timeout  time.Duration
 	log      logr.Logger
@@ -86,6 +89,9 @@ func Load(ctx context.Context, fsys fs.FS, opts ...Option) (*Engine, error) {
 		return nil, fmt.Errorf("%w: %w", ErrLoad, err)
 	}
 	e.revision = rev
+	if e.serial, err = readSerial(fsys); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrLoad, err)
+	}
 
 	modules, celFiles, err := readBundle(fsys)
 	if err != nil {
@@ -129,12 +135,11 @@ func Load(ctx context.Context, fsys fs.FS, opts ...Option) (*Engine, error) {
 			r = &Rule{ID: f.ID, Title: f.ID, Kinds: f.Kinds, Engines: []string{"rego", "cel"}}
 			byID[f.ID] = r
 		}
-		p := f.vap(e.revision)
-		compiled, err := compileVAP(envSet, p)
+		cr, err := newCELRule(envSet, f, e.revision, e.params)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrLoad, f.path, err)
+			return nil, fmt.Errorf("%w: %w", ErrLoad, err)
 		}
-		r.cel = &celRule{file: f, policy: p, vap: compiled}
+		r.cel = cr
 		e.celFiles = append(e.celFiles, f)
 	}
 
@@ -252,7 +257,7 @@ func revision(fsys fs.FS) (string, error) {
 			return err
 		}
 		ext := path.Ext(p)
-		if (ext != ".rego" && ext != ".yaml") || strings.HasSuffix(p, "_test.rego") {
+		if (ext != ".rego" && ext != ".yaml") || strings.HasSuffix(p, "_test.rego") || p == BundleFile {
 			return nil
 		}
 		data, err := fs.ReadFile(fsys, p)
@@ -271,6 +276,37 @@ func revision(fsys fs.FS) (string, error) {
 
 // Revision is the content hash of the loaded bundle.
 func (e *Engine) Revision() string { return e.revision }
+
+// Serial orders bundles: a later bundle has a higher serial, so that an
+// operator never replaces newer admission policies with older ones.
+func (e *Engine) Serial() int64 { return e.serial }
+
+// BundleFile records the bundle's serial and the revision it was raised for;
+// `make generate` raises the serial whenever the revision changes.
+const BundleFile = "bundle.yaml"
+
+// Bundle is BundleFile's content.
+type Bundle struct {
+	Serial   int64  `json:"serial"`
+	Revision string `json:"revision"`
+}
+
+// readSerial reads BundleFile's serial; a bundle without one (a reviewer's
+// copy of a few rules) has serial 0.
+func readSerial(fsys fs.FS) (int64, error) {
+	data, err := fs.ReadFile(fsys, BundleFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var b Bundle
+	if err := yaml.UnmarshalStrict(data, &b); err != nil {
+		return 0, fmt.Errorf("%s: %w", BundleFile, err)
+	}
+	return b.Serial, nil
+}
 
 // Rules lists the loaded rules, by id.
 func (e *Engine) Rules() []*Rule { return e.rules }

@@ -249,8 +249,12 @@ func TestDecideIsSafeForConcurrentUse(t *testing.T) {
 
 func TestEveryCELTwinIsADeployablePolicy(t *testing.T) {
 	e := load(t, policies.FS)
-	aps := e.AdmissionPolicies("macrack-system")
-	want := map[string]bool{"lease.floor": true, "node.commercial": true, "quota.never-circumvent": true, "agent.scope": true}
+	aps, err := e.AdmissionPolicies("macrack-system", policy.Params{AgentsNamespace: "fleet-agents",
+		OperatorUsername: "op", AgentTokenAudiences: "https://a.example, https://b.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"lease.floor": true, "node.commercial": true, "quota.never-circumvent": true, "agent.scope": true, "instance.wipe": true}
 	for _, ap := range aps {
 		if !want[ap.Rule] {
 			t.Errorf("unexpected VAP for %s", ap.Rule)
@@ -259,8 +263,22 @@ func TestEveryCELTwinIsADeployablePolicy(t *testing.T) {
 		if ap.Binding.Spec.PolicyName != ap.Policy.Name || ap.Policy.Spec.FailurePolicy == nil || *ap.Policy.Spec.FailurePolicy != "Fail" {
 			t.Errorf("%s: binding or failure policy wrong", ap.Rule)
 		}
-		if ap.Rule == "agent.scope" && (ap.Binding.Spec.ParamRef == nil || ap.Policy.Spec.ParamKind == nil) {
-			t.Errorf("agent.scope must take the agents' namespace as a param")
+		if ap.Binding.Spec.ParamRef != nil || ap.Policy.Spec.ParamKind != nil {
+			// A missing param would deny every request the policy matches.
+			t.Errorf("%s takes a param", ap.Rule)
+		}
+		if ap.Rule == "agent.scope" {
+			want := `'system:serviceaccounts:' + "fleet-agents"`
+			if len(ap.Policy.Spec.MatchConditions) != 1 || !strings.Contains(ap.Policy.Spec.MatchConditions[0].Expression, want) {
+				t.Errorf("agent.scope's match condition does not name the agents' namespace as written: %+v", ap.Policy.Spec.MatchConditions)
+			}
+			var all strings.Builder
+			for _, v := range ap.Policy.Spec.Variables {
+				all.WriteString(v.Expression)
+			}
+			if !strings.Contains(all.String(), `["https://a.example", "https://b.example"]`) || strings.Contains(all.String(), "settings.") {
+				t.Errorf("agent.scope's settings are not written in: %s", all.String())
+			}
 		}
 	}
 	for id := range want {

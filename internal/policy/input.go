@@ -52,6 +52,34 @@ type Params struct {
 	AgentsNamespace string
 	// OperatorUsername is the operator's own identity.
 	OperatorUsername string
+	// AgentTokenAudiences are the API server's audiences, comma-separated:
+	// an agent may request tokens for these only. (A string, not a slice,
+	// so that Params stay comparable and can key caches.)
+	AgentTokenAudiences string
+}
+
+// TokenAudiences lists AgentTokenAudiences, without empty entries.
+func (p Params) TokenAudiences() []string {
+	var out []string
+	for _, a := range strings.Split(p.AgentTokenAudiences, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Validate refuses settings the operator cannot enforce its policies with.
+func (p Params) Validate() error {
+	switch {
+	case p.AgentsNamespace == "":
+		return fmt.Errorf("%w: the agents' namespace is not set", ErrInput)
+	case len(p.TokenAudiences()) == 0:
+		return fmt.Errorf("%w: the API server's token audiences are not set", ErrInput)
+	case p.OperatorUsername == "":
+		return fmt.Errorf("%w: the operator's username is not set", ErrInput)
+	}
+	return nil
 }
 
 // Data is the params as a ConfigMap's data.
@@ -62,6 +90,9 @@ func (p Params) Data() map[string]any {
 	}
 	if p.OperatorUsername != "" {
 		d["operatorUsername"] = p.OperatorUsername
+	}
+	if p.AgentTokenAudiences != "" {
+		d["agentTokenAudiences"] = p.AgentTokenAudiences
 	}
 	return d
 }
@@ -158,6 +189,8 @@ func resourceFor(gk schema.GroupKind) (schema.GroupResource, string, bool) {
 		return schema.GroupResource{Resource: "pods"}, "", true
 	case "coordination.k8s.io/Lease":
 		return schema.GroupResource{Group: gk.Group, Resource: "leases"}, "", true
+	case "/Event", "events.k8s.io/Event":
+		return schema.GroupResource{Group: gk.Group, Resource: "events"}, "", true
 	case "authentication.k8s.io/TokenRequest":
 		return schema.GroupResource{Resource: "serviceaccounts"}, "token", true
 	}

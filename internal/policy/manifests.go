@@ -15,15 +15,20 @@ type AdmissionPolicy struct {
 }
 
 // AdmissionPolicies renders every CEL twin as a ValidatingAdmissionPolicy and
-// its binding, whose params come from ParamsConfigMapName in
-// paramsNamespace. The in-process engine compiled these same policies. The
-// operator applies them at start-up, since an OLM bundle cannot carry them.
-func (e *Engine) AdmissionPolicies(paramsNamespace string) []AdmissionPolicy {
+// its binding, with p's settings written in; a twin with params reads them
+// from ParamsConfigMapName in paramsNamespace. The in-process engine
+// compiles these same policies. The operator applies them at start-up, since
+// an OLM bundle cannot carry them.
+func (e *Engine) AdmissionPolicies(paramsNamespace string, p Params) ([]AdmissionPolicy, error) {
 	out := make([]AdmissionPolicy, 0, len(e.celFiles))
 	for _, f := range e.celFiles {
-		out = append(out, AdmissionPolicy{Rule: f.ID, Policy: f.vap(e.revision), Binding: f.binding(paramsNamespace)})
+		rf, err := f.rendered(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, AdmissionPolicy{Rule: f.ID, Policy: rf.vap(e.revision), Binding: f.binding(paramsNamespace)})
 	}
-	return out
+	return out, nil
 }
 
 // ParamsConfigMap is the ConfigMap the policies read as params.

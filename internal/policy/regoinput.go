@@ -70,7 +70,6 @@ var (
 	keyGroup       = ast.InternedTerm("group")
 	keyVersion     = ast.InternedTerm("version")
 	keyParams      = ast.InternedTerm("params")
-	keyData        = ast.InternedTerm("data")
 	keyNow         = ast.InternedTerm("now")
 	keyInventory   = ast.InternedTerm("inventory")
 	keyObject      = ast.InternedTerm("object")

@@ -187,7 +187,8 @@ func ParseInput(raw map[string]any) (policy.Input, error) {
 	}
 	params, _ := raw["params"].(map[string]any)
 	data, _ := params["data"].(map[string]any)
-	in.Params = policy.Params{AgentsNamespace: str(data, "agentsNamespace"), OperatorUsername: str(data, "operatorUsername")}
+	in.Params = policy.Params{AgentsNamespace: str(data, "agentsNamespace"), OperatorUsername: str(data, "operatorUsername"),
+		AgentTokenAudiences: str(data, "agentTokenAudiences")}
 	if now := str(raw, "now"); now != "" {
 		t, err := time.Parse(time.RFC3339Nano, now)
 		if err != nil {

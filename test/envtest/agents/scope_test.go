@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,17 +24,24 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent"
+	"github.com/boualleiguie/macrack-operator/internal/enroll"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 )
 
-// agentClient impersonates the host agent of node, as its ServiceAccount.
+// agentClient impersonates the host agent of node, as its ServiceAccount,
+// with the per-agent bindings enrolment writes.
 func agentClient(node string) client.Client {
 	GinkgoHelper()
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: agent.ServiceAccountName(node), Namespace: agentsNamespace}}
 	Expect(client.IgnoreAlreadyExists(admin.Create(ctx, sa))).To(Succeed())
+	for _, b := range enroll.AgentBindings(macNode(node), agentsNamespace) {
+		Expect(client.IgnoreAlreadyExists(admin.Create(ctx, b))).To(Succeed())
+	}
 	c, err := env.ClientAs(fmt.Sprintf("system:serviceaccount:%s:%s", agentsNamespace, sa.Name),
 		"system:serviceaccounts", "system:serviceaccounts:"+agentsNamespace)
 	Expect(err).NotTo(HaveOccurred())
+	Expect(harness.WaitAllowed(ctx, c, authorizationv1.ResourceAttributes{Verb: "create", Namespace: agent.HeartbeatNamespace,
+		Group: "coordination.k8s.io", Resource: "leases"})).To(Succeed())
 	return c
 }
 
@@ -69,6 +77,7 @@ var _ = Describe("agent.scope", Ordered, func() {
 		class := "m4-agents"
 		_, err := harness.CreateClass(ctx, admin, class, 2)
 		Expect(err).NotTo(HaveOccurred())
+		Expect(harness.CreateImage(ctx, admin, "img", "60Gi")).To(Succeed())
 		for _, n := range []*string{&nodeA, &nodeB} {
 			serial := harness.NewSerial()
 			*n = strings.ToLower(serial)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/enroll"
 	"github.com/boualleiguie/macrack-operator/internal/operator"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	"github.com/boualleiguie/macrack-operator/policies"
@@ -101,12 +103,16 @@ func (e *Env) StartOperator(o OperatorOptions) (*Operator, error) {
 	if err != nil {
 		return nil, err
 	}
+	params, err := e.Params(context.Background())
+	if err != nil {
+		return nil, err
+	}
 	op := &Operator{
 		Clock:     clocktesting.NewFakeClock(o.Start),
 		Ticks:     make(chan event.GenericEvent, 1024),
 		NodeTicks: make(chan event.GenericEvent, 1024),
 		Engine:    engine,
-		Params:    policy.Params{AgentsNamespace: "macrack-agents", OperatorUsername: OperatorUser},
+		Params:    params,
 		Client:    mgr.GetClient(),
 		done:      make(chan error, 1),
 	}
@@ -133,6 +139,19 @@ func (e *Env) StartOperator(o OperatorOptions) (*Operator, error) {
 		return nil, fmt.Errorf("the operator's cache did not sync")
 	}
 	return op, nil
+}
+
+// Params are the operator's settings in the suites: the agents' namespace,
+// the operator's user, and the API server's token audiences, read from the
+// API server itself (it fills an empty TokenRequest's audiences with them).
+func (e *Env) Params(ctx context.Context) (policy.Params, error) {
+	p := policy.Params{AgentsNamespace: AgentsNamespace, OperatorUsername: OperatorUser}
+	auds, err := enroll.APIAudiences(ctx, e.Client, metav1.NamespaceDefault)
+	if err != nil {
+		return p, err
+	}
+	p.AgentTokenAudiences = strings.Join(auds, ",")
+	return p, nil
 }
 
 // Stop stops the operator and waits for it.

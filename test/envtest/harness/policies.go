@@ -23,7 +23,11 @@ func InstallAdmissionPolicies(ctx context.Context, c client.Client, e *policy.En
 	if err := c.Create(ctx, policy.ParamsConfigMap(namespace, params)); err != nil {
 		return fmt.Errorf("creating params: %w", err)
 	}
-	for _, ap := range e.AdmissionPolicies(namespace) {
+	aps, err := e.AdmissionPolicies(namespace, params)
+	if err != nil {
+		return err
+	}
+	for _, ap := range aps {
 		if err := c.Create(ctx, ap.Policy); err != nil {
 			return fmt.Errorf("creating %s: %w", ap.Policy.Name, err)
 		}

@@ -34,8 +34,9 @@ var (
 	admin  client.Client
 	engine *policy.Engine
 	ctx    = context.Background()
-	params = policy.Params{AgentsNamespace: "macrack-agents", OperatorUsername: "system:serviceaccount:macrack-system:macrack-operator"}
-	cases  = mustLoadCases()
+	params = policy.Params{AgentsNamespace: "macrack-agents", OperatorUsername: "system:serviceaccount:macrack-system:macrack-operator",
+		AgentTokenAudiences: "https://kubernetes.default.svc.cluster.local"}
+	cases = mustLoadCases()
 )
 
 func mustLoadCases() []vectors.Case {

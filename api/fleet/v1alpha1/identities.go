@@ -1,0 +1,12 @@
+package v1alpha1
+
+// Where host agents live and heartbeat. Defined once, here: the enrolment,
+// the agent and the operator's docs read the same names.
+const (
+	// HeartbeatNamespace holds the agents' heartbeat Leases, as it does
+	// kubelets'.
+	HeartbeatNamespace = "kube-node-lease"
+	// AgentServiceAccountPrefix names each agent's ServiceAccount:
+	// agent-<node>, in the agents' namespace.
+	AgentServiceAccountPrefix = "agent-"
+)
