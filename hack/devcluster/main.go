@@ -1,8 +1,10 @@
 // Command devcluster is `make run`: it starts a local kube-apiserver and etcd
-// from bin/k8s with envtest's flags, installs the CRDs and the webhook
-// configurations (self-signed serving certificates, generated here), runs the
-// operator against them, writes a kubeconfig under bin/ and prints the line
-// that points kubectl at it. Ctrl-C stops every process it started.
+// from bin/k8s with envtest's flags, and a kube-controller-manager, installs
+// the CRDs and the webhook configurations (self-signed serving certificates,
+// generated here), runs the operator against them, writes a kubeconfig under
+// bin/ and prints the line that points kubectl at it. Every port is picked
+// free, so two clusters can run on one machine. Ctrl-C stops every process
+// it started.
 package main
 
 import (
@@ -21,6 +23,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/boualleiguie/macrack-operator/internal/enroll"
 )
 
 func main() {
@@ -76,9 +80,24 @@ func run(root, extraArgs string) error {
 	if err := createNamespaces(env, policyNamespace, agentsNamespace); err != nil {
 		return err
 	}
+	ports, err := freePorts(3)
+	if err != nil {
+		return err
+	}
+	metricsPort, probePort, kcmPort := ports[0], ports[1], ports[2]
 
+	kcm, err := startControllerManager(ctx, env, bin, kcmPort)
+	defer kcm.stop()
+	if err != nil {
+		return err
+	}
+
+	audiences, err := apiAudiences(env)
+	if err != nil {
+		return err
+	}
 	w := env.WebhookInstallOptions
-	operator, err := startProcess("operator", filepath.Join(bin, "operator"), append(operatorArgs(operatorKubeconfig, extraArgs),
+	operator, err := startProcess("operator", filepath.Join(bin, "operator"), append(operatorArgs(operatorKubeconfig, metricsPort, probePort, audiences, extraArgs),
 		fmt.Sprintf("--webhook-port=%d", w.LocalServingPort),
 		"--webhook-cert-dir="+w.LocalServingCertDir,
 	))
@@ -95,17 +114,27 @@ func run(root, extraArgs string) error {
 
 	fmt.Printf(`
 devcluster: ready. %d CRDs installed; the operator is running and serving its webhooks;
-%d simulated Mac minis of class %s run their own host agents.
+kube-controller-manager runs beside it; %d simulated Mac minis of class %s run their own
+host agents.
+
+    kube-apiserver           %s
+    etcd                     %s
+    operator webhooks        https://%s:%d
+    operator metrics         http://127.0.0.1:%d/metrics
+    operator probes          http://127.0.0.1:%d/healthz, /readyz
+    kube-controller-manager  https://127.0.0.1:%d/healthz, log %s
 
     export KUBECONFIG=%s
     export PATH=%s:$PATH    # kubectl v1.37.2, built from the module proxy
     kubectl get mn,mnc,mimg
 
 Press Ctrl-C to stop everything.
-`, len(env.CRDs), len(agents), fleetClass, kubeconfigPath, filepath.Join(bin, "k8s"))
+`, len(env.CRDs), len(agents), fleetClass,
+		env.Config.Host, env.ControlPlane.Etcd.URL, w.LocalServingHost, w.LocalServingPort, metricsPort, probePort,
+		kcmPort, kcm.logPath, kubeconfigPath, filepath.Join(bin, "k8s"))
 
-	exited := make(chan *child, len(agents)+1)
-	for _, c := range append(agents, operator) {
+	exited := make(chan *child, len(agents)+2)
+	for _, c := range append(agents, operator, kcm.child) {
 		go func(c *child) { <-c.done; exited <- c }(c)
 	}
 	select {
@@ -122,16 +151,27 @@ const (
 	agentsNamespace = "macrack-agents"
 )
 
-func operatorArgs(kubeconfig, extra string) []string {
+func operatorArgs(kubeconfig string, metricsPort, probePort int, audiences []string, extra string) []string {
 	return append([]string{
 		"--kubeconfig=" + kubeconfig,
-		"--metrics-bind-address=127.0.0.1:18080",
-		"--health-probe-bind-address=127.0.0.1:18081",
+		"--agent-token-audiences=" + strings.Join(audiences, ","),
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metricsPort),
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probePort),
 		"--operator-username=" + operatorUser,
 		"--policy-namespace=" + policyNamespace,
 		"--agents-namespace=" + agentsNamespace,
 		"--zap-devel",
 	}, strings.Fields(extra)...)
+}
+
+// apiAudiences reads the API server's token audiences, which the operator
+// writes into agent.scope: agents may request tokens for these only.
+func apiAudiences(env *envtest.Environment) ([]string, error) {
+	c, err := client.New(env.Config, client.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return enroll.APIAudiences(context.Background(), c, metav1.NamespaceDefault)
 }
 
 // writeKubeconfig adds a system:masters user and writes its kubeconfig.

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -53,6 +54,10 @@ const (
 	// PlaceholderImage is never pulled: no kubelet runs these Pods.
 	PlaceholderImage = "registry.k8s.io/pause:3.10"
 )
+
+// conflictRetry is how soon a slot claim that lost an optimistic concurrency
+// race is retried, from a fresher read.
+const conflictRetry = 100 * time.Millisecond
 
 // Reconciler places instances on one MacNode at a time.
 type Reconciler struct {
@@ -123,7 +128,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if err := r.reconcileSlots(ctx, mn, placed.Items, waiting); err != nil {
 		if apierrors.IsConflict(err) {
-			return ctrl.Result{Requeue: true}, nil
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
 		}
 		return ctrl.Result{}, err
 	}
@@ -291,8 +296,8 @@ func sameSlots(a, b []fleetv1alpha1.Slot) bool {
 }
 
 // reconcilePlaceholders keeps one Pod per running instance on this node,
-// requesting one macrack.io/macos-vm, and deletes the rest. No garbage
-// collector may run, so the operator deletes them itself.
+// requesting one macrack.io/macos-vm, and deletes the rest. The operator
+// deletes them itself, because there may be no garbage collector.
 func (r *Reconciler) reconcilePlaceholders(ctx context.Context, mn *fleetv1alpha1.MacNode, placed []computev1alpha1.MacOSInstance) error {
 	pods := &corev1.PodList{}
 	if err := r.Client.List(ctx, pods, client.InNamespace(r.Namespace), client.MatchingLabels{PlaceholderLabel: "true"}); err != nil {
@@ -373,9 +378,16 @@ func placeholder(namespace, node string, inst *computev1alpha1.MacOSInstance) *c
 					Limits:   corev1.ResourceList{VMResource: one},
 				},
 			}},
+			// The VM runs on the chassis whatever the Node looks like:
+			// kube-controller-manager taints a Node whose agent fell silent
+			// unreachable:NoExecute (or not-ready:NoExecute), and its
+			// taint-based eviction must never delete the Pod that accounts
+			// for a running VM. Without tolerationSeconds, for ever.
 			Tolerations: []corev1.Toleration{
 				{Key: taints.LeasedKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
 				{Key: taints.UnleasedKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+				{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+				{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
 			},
 		},
 	}
