@@ -21,6 +21,8 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 )
 
+// +kubebuilder:rbac:groups=fleet.macrack.io,resources=macosimages,verbs=get;list;watch
+
 // Builder reads the inventory from r, normally the manager's cache.
 type Builder struct {
 	Reader client.Reader
@@ -40,6 +42,9 @@ func (b Builder) For(ctx context.Context, kind schema.GroupKind, obj, old map[st
 		err = b.forLease(ctx, inv, str(obj, "status", "serial"))
 	case computev1alpha1.GroupVersion.WithKind("MacOSInstance").GroupKind():
 		err = b.forInstance(ctx, inv, str(src, "metadata", "namespace"), str(src, "spec", "leaseName"), str(obj, "status", "nodeName"))
+		if err == nil && old == nil {
+			err = b.addImage(ctx, inv, str(obj, "spec", "imageName"))
+		}
 	case fleetv1alpha1.GroupVersion.WithKind("MacNode").GroupKind():
 		err = b.addClass(ctx, inv, str(src, "spec", "nodeClassName"))
 	}
@@ -109,6 +114,14 @@ func (b Builder) listInstances(ctx context.Context, inv map[string]any, role str
 	}
 	inv[role] = items
 	return nil
+}
+
+// addImage reads the golden image a new instance boots from.
+func (b Builder) addImage(ctx context.Context, inv map[string]any, name string) error {
+	if name == "" {
+		return nil
+	}
+	return b.get(ctx, client.ObjectKey{Name: name}, &fleetv1alpha1.MacOSImage{}, inv, "image")
 }
 
 func (b Builder) addClass(ctx context.Context, inv map[string]any, name string) error {

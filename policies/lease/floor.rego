@@ -2,9 +2,9 @@
 # title: lease.floor
 # description: |
 #   A lease lasts at least 24 hours. minimumDuration, when set, is a duration
-#   of at least 24h. Once the lease is bound, minimumDuration never shrinks,
-#   status.earliestReleaseAt never moves earlier, and earliestReleaseAt is at
-#   least minimumDuration after boundAt.
+#   of at least 24h and at most 87600h (ten years). Once the lease is bound,
+#   minimumDuration never shrinks, status.earliestReleaseAt never moves
+#   earlier, and earliestReleaseAt is at least minimumDuration after boundAt.
 # custom:
 #   id: lease.floor
 #   kinds:
@@ -16,9 +16,9 @@ import data.macrack.lib
 
 code := "lease.floor"
 
-# violations: none for a lease created with a minimumDuration of at least
-# 24h and no status times, or updated with the same minimumDuration (of at
-# least 24h), boundAt and earliestReleaseAt; else the checks one by one. Each
+# violations: none for a lease created with a minimumDuration from 24h to
+# 87600h and no status times, or updated with the same minimumDuration (in
+# that range), boundAt and earliestReleaseAt; else the checks one by one. Each
 # clause is sufficient for "no check fires", and opens with the request's
 # kind and operation. (An else chain, not a negation, which would cost a
 # nested evaluation; the checks alone write the denial messages.)
@@ -27,8 +27,10 @@ violations := set() if {
 	input.request.operation == "CREATE"
 	d := input.object.spec.minimumDuration
 	is_string(d)
-	regex.match(`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`, d)
-	time.parse_duration_ns(d) >= 86400000000000 # 24h, written out (see lib.rego)
+	regex.match(`^[0-9]{1,6}(\.[0-9]+)?(h([0-9]{1,6}(\.[0-9]+)?m)?([0-9]{1,6}(\.[0-9]+)?s)?|m([0-9]{1,6}(\.[0-9]+)?s)?|s)$`, d)
+	ns := time.parse_duration_ns(d)
+	ns >= 86400000000000 # 24h, written out (see lib.rego)
+	ns <= 315360000000000000 # 87600h
 	object.get(input, ["object", "status", "boundAt"], null) == null
 	object.get(input, ["oldObject", "status", "earliestReleaseAt"], null) == null
 } else := set() if {
@@ -36,8 +38,10 @@ violations := set() if {
 	input.request.operation == "UPDATE"
 	d := input.object.spec.minimumDuration
 	is_string(d)
-	regex.match(`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`, d)
-	time.parse_duration_ns(d) >= 86400000000000
+	regex.match(`^[0-9]{1,6}(\.[0-9]+)?(h([0-9]{1,6}(\.[0-9]+)?m)?([0-9]{1,6}(\.[0-9]+)?s)?|m([0-9]{1,6}(\.[0-9]+)?s)?|s)$`, d)
+	ns := time.parse_duration_ns(d)
+	ns >= 86400000000000
+	ns <= 315360000000000000
 	d == object.get(input, ["oldObject", "spec", "minimumDuration"], null)
 	object.get(input, ["object", "status", "boundAt"], null) == object.get(input, ["oldObject", "status", "boundAt"], null)
 	object.get(input, ["object", "status", "earliestReleaseAt"], null) == object.get(input, ["oldObject", "status", "earliestReleaseAt"], null)
@@ -48,8 +52,11 @@ violations := set() if {
 # input directly: on an admitted request a virtual document costs more than
 # the check itself (BENCHMARKS.md).
 
-# Not a duration: not a string, or a string that is not one (the pattern is
-# written out here, as calling lib.is_duration costs more than matching).
+# Not a duration: not a string, or a string that is not one. A duration is
+# what the CRD schema admits: hours, minutes and seconds, in that order, each
+# at most six digits with an optional fraction, so that no duration overflows
+# the engines' nanoseconds (Go's durations end at 2562047h). The pattern is
+# written out here, as calling lib.is_duration costs more than matching.
 checks contains {"code": code, "message": msg} if {
 	input.request.kind.kind == "MacNodeLease"
 	input.request.operation in {"CREATE", "UPDATE"}
@@ -63,8 +70,21 @@ checks contains {"code": code, "message": msg} if {
 	input.request.operation in {"CREATE", "UPDATE"}
 	d := input.object.spec.minimumDuration
 	is_string(d)
-	not regex.match(`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`, d)
+	not regex.match(`^[0-9]{1,6}(\.[0-9]+)?(h([0-9]{1,6}(\.[0-9]+)?m)?([0-9]{1,6}(\.[0-9]+)?s)?|m([0-9]{1,6}(\.[0-9]+)?s)?|s)$`, d)
+	not regex.match(`^[1-9][0-9]{6,}h$`, d)
 	msg := sprintf("lease.floor: minimumDuration %s is not a duration such as 24h", [d])
+}
+
+# Hours written with seven digits or more are a million hours or more: beyond
+# the pattern, from 2562048h beyond the engines' durations too, and above the
+# maximum without being parsed.
+checks contains {"code": code, "message": msg} if {
+	input.request.kind.kind == "MacNodeLease"
+	input.request.operation in {"CREATE", "UPDATE"}
+	d := input.object.spec.minimumDuration
+	is_string(d)
+	regex.match(`^[1-9][0-9]{6,}h$`, d)
+	msg := sprintf("lease.floor: minimumDuration %s is above the 87600h maximum", [d])
 }
 
 checks contains {"code": code, "message": msg} if {
@@ -72,9 +92,19 @@ checks contains {"code": code, "message": msg} if {
 	input.request.operation in {"CREATE", "UPDATE"}
 	d := input.object.spec.minimumDuration
 	is_string(d)
-	regex.match(`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`, d)
+	regex.match(`^[0-9]{1,6}(\.[0-9]+)?(h([0-9]{1,6}(\.[0-9]+)?m)?([0-9]{1,6}(\.[0-9]+)?s)?|m([0-9]{1,6}(\.[0-9]+)?s)?|s)$`, d)
 	time.parse_duration_ns(d) < 86400000000000 # 24h, written out (see lib.rego)
 	msg := sprintf("lease.floor: minimumDuration %s is below the 24h floor", [d])
+}
+
+checks contains {"code": code, "message": msg} if {
+	input.request.kind.kind == "MacNodeLease"
+	input.request.operation in {"CREATE", "UPDATE"}
+	d := input.object.spec.minimumDuration
+	is_string(d)
+	regex.match(`^[0-9]{1,6}(\.[0-9]+)?(h([0-9]{1,6}(\.[0-9]+)?m)?([0-9]{1,6}(\.[0-9]+)?s)?|m([0-9]{1,6}(\.[0-9]+)?s)?|s)$`, d)
+	time.parse_duration_ns(d) > 315360000000000000 # 87600h, ten years, written out
+	msg := sprintf("lease.floor: minimumDuration %s is above the 87600h maximum", [d])
 }
 
 # After binding (the stored lease has a boundAt), minimumDuration can be

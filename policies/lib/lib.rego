@@ -6,9 +6,9 @@
 package macrack.lib
 
 # The commercial floors the MacNode checks read. Hot paths in the rules write
-# them out, and the other floors (24h = 86400000000000 ns; 2 macOS VMs per
-# chassis): reading a rule, even a constant, costs each evaluation a few
-# microseconds.
+# them out, and the other bounds (24h = 86400000000000 ns and 87600h =
+# 315360000000000000 ns; 2 macOS VMs per chassis): reading a rule, even a
+# constant, costs each evaluation a few microseconds.
 one_terabyte := 1000000000000 # 1T = 10^12 bytes
 
 min_network_gbps := 10
@@ -30,7 +30,9 @@ sub_resource := object.get(input.request, "subResource", "")
 username := object.get(input.request, ["userInfo", "username"], "")
 
 # A Kubernetes quantity, as resource.ParseQuantity accepts it, and a Go
-# duration, as the CRD schema accepts it. The patterns are written out in
+# duration, as the CRD schema accepts it: hours, minutes and seconds, in that
+# order, each at most six digits with an optional fraction, which no engine's
+# nanosecond duration overflows. The patterns are written out in
 # each helper, not read from a rule (see above); lib_test.rego and the
 # vectors hold them to what Kubernetes accepts.
 #
@@ -75,7 +77,7 @@ quantity(x) := units.parse(trim_suffix(x, "u")) / 1000000 if {
 
 is_duration(x) if {
 	is_string(x)
-	regex.match(`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`, x)
+	regex.match(`^[0-9]{1,6}(\.[0-9]+)?(h([0-9]{1,6}(\.[0-9]+)?m)?([0-9]{1,6}(\.[0-9]+)?s)?|m([0-9]{1,6}(\.[0-9]+)?s)?|s)$`, x)
 }
 
 # show renders a value for a message: strings as they are, others as JSON.

@@ -78,6 +78,11 @@ type RuntimeStatus struct {
 	// lastReportAt is when the guest agent last reported.
 	// +optional
 	LastReportAt *metav1.Time `json:"lastReportAt,omitempty"`
+	// wipedAt is when the host agent finished wiping the instance's disk.
+	// The agent removes macrack.io/disk-wipe only after recording it
+	// (instance.wipe).
+	// +optional
+	WipedAt *metav1.Time `json:"wipedAt,omitempty"`
 }
 
 // MacOSInstanceStatus is split by owner: nodeName and the Placed condition are
@@ -134,8 +139,4 @@ type MacOSInstanceList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []MacOSInstance `json:"items"`
-}
-
-func init() {
-	SchemeBuilder.Register(&MacOSInstance{}, &MacOSInstanceList{})
 }

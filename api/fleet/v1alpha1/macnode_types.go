@@ -238,7 +238,3 @@ type MacNodeList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []MacNode `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&MacNode{}, &MacNodeList{})
-}

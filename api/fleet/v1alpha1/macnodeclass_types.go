@@ -78,7 +78,3 @@ type MacNodeClassList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []MacNodeClass `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&MacNodeClass{}, &MacNodeClassList{})
-}

@@ -92,6 +92,8 @@ type MacOSImageList struct {
 	Items           []MacOSImage `json:"items"`
 }
 
-func init() {
-	SchemeBuilder.Register(&MacOSImage{}, &MacOSImageList{})
-}
+// MinimumDisk is the smallest instance disk the image fits on: its spec.size
+// today. Every reader (the agent's clone check; the Rego rule instance.image
+// has its own image_size) goes through here, so that the size can move to
+// what the operator resolves from the image's artifact.
+func (i *MacOSImage) MinimumDisk() resource.Quantity { return i.Spec.Size }

@@ -4,17 +4,29 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
 	// GroupVersion is the group version used to register these objects.
 	GroupVersion = schema.GroupVersion{Group: "leasing.macrack.io", Version: "v1alpha1"}
 
-	// SchemeBuilder is used to add go types to the GroupVersionKind scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	// SchemeBuilder adds this group-version's kinds to a scheme.
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds the types in this group-version to the given scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+// addKnownTypes registers every kind of this group-version, as k8s.io/api
+// does (controller-runtime's scheme.Builder is deprecated).
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion,
+		&MacNodeLease{},
+		&MacNodeLeaseList{},
+	)
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

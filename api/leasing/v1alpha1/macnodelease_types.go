@@ -30,13 +30,16 @@ type MacNodeLeaseSpec struct {
 	NodeClassName string `json:"nodeClassName"`
 
 	// minimumDuration is how long the chassis is the tenant's at least, as a
-	// duration string such as "24h" or "72h". It is never below 24h, and never
-	// shrinks once the lease is bound. The defaulting webhook writes "24h" when
-	// it is unset; without that webhook an unset value is refused.
+	// duration string such as "24h", "36h30m" or "90000s": hours, minutes and
+	// seconds, in that order, each at most six digits with an optional
+	// fraction, so that every value fits a Go duration (those end at
+	// 2562047h). It is never below 24h nor above 87600h (ten years), and
+	// never shrinks once the lease is bound. The defaulting webhook writes
+	// "24h" when it is unset; without that webhook an unset value is refused.
 	// +required
 	// +kubebuilder:validation:MinLength=2
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,6}(\.[0-9]+)?(h([0-9]{1,6}(\.[0-9]+)?m)?([0-9]{1,6}(\.[0-9]+)?s)?|m([0-9]{1,6}(\.[0-9]+)?s)?|s)$`
 	MinimumDuration string `json:"minimumDuration"`
 }
 
@@ -94,6 +97,12 @@ type MacNodeLeaseStatus struct {
 
 // MacNodeLease gives its namespace one whole chassis of a class, for at least
 // minimumDuration.
+//
+// Once the lease is bound (status.boundAt is set, as the lease controller
+// does when it claims a chassis, and never clears), spec.nodeClassName is
+// immutable: the chassis was chosen by that class, and admission and
+// placement must read the same one. A pending lease may change class.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.boundAt) || self.spec.nodeClassName == oldSelf.spec.nodeClassName",message="spec.nodeClassName is immutable once the lease is bound",fieldPath=".spec.nodeClassName"
 type MacNodeLease struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional
@@ -112,8 +121,4 @@ type MacNodeLeaseList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []MacNodeLease `json:"items"`
-}
-
-func init() {
-	SchemeBuilder.Register(&MacNodeLease{}, &MacNodeLeaseList{})
 }
