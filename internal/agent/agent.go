@@ -63,6 +63,9 @@ func Run(ctx context.Context, cfg *rest.Config, c Config) error {
 		return fmt.Errorf("creating client: %w", err)
 	}
 	if c.TokenFile != "" {
+		if c.TokenTTL < 10*time.Minute || c.TokenTTL > MaxTokenTTL {
+			return fmt.Errorf("%w: the token lifetime %s is not between 10m and %s, which agent.scope allows an agent", ErrConfig, c.TokenTTL, MaxTokenTTL)
+		}
 		renewer := &TokenRenewer{Client: direct, Namespace: c.AgentsNamespace, NodeName: c.NodeName,
 			File: c.TokenFile, TTL: c.TokenTTL, Clock: c.Clock, Log: c.Log.WithName("token")}
 		if err := renewer.Renew(ctx); err != nil {
@@ -102,20 +105,16 @@ func Run(ctx context.Context, cfg *rest.Config, c Config) error {
 	}
 	hb := &Heartbeat{Client: direct, NodeName: c.NodeName, Interval: c.HeartbeatInterval, Clock: c.Clock, Log: c.Log.WithName("heartbeat")}
 	go func() { _ = hb.Run(ctx) }()
-	go c.reportFacts(ctx, direct)
+	go c.reportFacts(ctx, direct, inst.LastQuota)
 	if c.SeedImages {
 		go c.seedImages(ctx, direct, inst.Disks)
 	}
 	return mgr.Start(ctx)
 }
 
-func (c Config) reportFacts(ctx context.Context, cl client.Client) {
+func (c Config) reportFacts(ctx context.Context, cl client.Client, lastQuota func() *fleetv1alpha1.QuotaReport) {
 	for {
-		facts, err := c.Facts.Facts(ctx)
-		if err == nil {
-			err = ReportFacts(ctx, cl, c.NodeName, facts)
-		}
-		if err != nil {
+		if err := c.reportFactsOnce(ctx, cl, lastQuota); err != nil {
 			c.Log.Error(err, "Reporting facts failed")
 		}
 		select {
@@ -124,6 +123,24 @@ func (c Config) reportFacts(ctx context.Context, cl client.Client) {
 		case <-c.Clock.After(c.FactsInterval):
 		}
 	}
+}
+
+// reportFactsOnce reports the facts, with the quota state the instance loop
+// last reported in place of the facts source's: only the loop sees the
+// kernel refuse a start, and a Stuck it reported stands until it reports
+// again.
+func (c Config) reportFactsOnce(ctx context.Context, cl client.Client, lastQuota func() *fleetv1alpha1.QuotaReport) error {
+	facts, err := c.Facts.Facts(ctx)
+	if err != nil {
+		return err
+	}
+	if facts == nil {
+		facts = &fleetv1alpha1.ReportedFacts{}
+	}
+	if q := lastQuota(); q != nil {
+		facts.Quota = q
+	}
+	return ReportFacts(ctx, cl, c.NodeName, facts)
 }
 
 // seedImages writes a small golden file for each MacOSImage, until images

@@ -10,4 +10,6 @@ var (
 	// ErrNoSlot means no slot of this chassis names the instance, so its VM
 	// must not run.
 	ErrNoSlot = errors.New("no slot names the instance")
+	// ErrConfig means the agent's own settings are unusable.
+	ErrConfig = errors.New("invalid agent configuration")
 )

@@ -4,12 +4,17 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -47,6 +52,19 @@ type Instances struct {
 	// NewMachineID makes an instance's machine identifier once (the
 	// driver's: random bytes in the sim, VZMacMachineIdentifier on a Mac).
 	NewMachineID func() ([]byte, error)
+
+	// quota is the last quota state reported, which the facts reporter
+	// sends on, rather than letting the facts source's word undo it.
+	quotaMu sync.Mutex
+	quota   *fleetv1alpha1.QuotaReport
+}
+
+// LastQuota is the quota state the instance loop last reported, or nil
+// before any code-6 refusal.
+func (r *Instances) LastQuota() *fleetv1alpha1.QuotaReport {
+	r.quotaMu.Lock()
+	defer r.quotaMu.Unlock()
+	return r.quota.DeepCopy()
 }
 
 // RandomMachineID is the sim's machine identifier: 32 random bytes.
@@ -93,9 +111,14 @@ func (r *Instances) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	if !inst.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.teardown(ctx, log, inst)
 	}
-	if controllerutil.AddFinalizer(inst, computev1alpha1.DiskWipeFinalizer) {
-		if err := r.Client.Update(ctx, inst); err != nil {
-			return ctrl.Result{}, fmt.Errorf("adding %s: %w", computev1alpha1.DiskWipeFinalizer, err)
+	if !controllerutil.ContainsFinalizer(inst, computev1alpha1.DiskWipeFinalizer) {
+		// A patch of the finalizers alone: the tenant's spec is never sent
+		// back, so never rewritten (8192Mi stays 8192Mi, which agent.scope
+		// would refuse as a spec change if it came back as 8Gi).
+		finalizers := append(slices.Clone(inst.Finalizers), computev1alpha1.DiskWipeFinalizer)
+		if err := r.patchFinalizers(ctx, inst, finalizers); err != nil {
+			return ctrl.Result{}, r.refused(ctx, log, inst, computev1alpha1.VMFailed,
+				"adding the "+computev1alpha1.DiskWipeFinalizer+" finalizer", err)
 		}
 	}
 
@@ -128,7 +151,9 @@ func (r *Instances) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 		log.Info("Starting VM", "MacOSInstance", req.NamespacedName)
 		if err := c.Start(ctx, spec); err != nil {
 			if driver.IsLimitExceeded(err) {
-				r.reportQuota(ctx, log)
+				if qerr := r.reportQuota(ctx, log, r.Clock.Now()); qerr != nil {
+					log.Error(qerr, "A start was refused with code 6, but the quota state could not be established; none reported")
+				}
 			}
 			return ctrl.Result{RequeueAfter: r.Poll}, r.report(ctx, inst, computev1alpha1.VMFailed, "start failed: "+err.Error(), nil)
 		}
@@ -229,10 +254,23 @@ func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *compute
 	if err := r.Disks.Wipe(uid); err != nil {
 		return err
 	}
-	before := inst.DeepCopy()
-	controllerutil.RemoveFinalizer(inst, computev1alpha1.DiskWipeFinalizer)
-	if err := r.Client.Patch(ctx, inst, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return client.IgnoreNotFound(err)
+	// instance.wipe: the finalizer comes off only after the wipe is on record.
+	if inst.Status.Runtime == nil || inst.Status.Runtime.WipedAt == nil {
+		evidence, err := json.Marshal(map[string]any{"status": map[string]any{"runtime": map[string]any{"wipedAt": metav1.NewTime(r.Clock.Now())}}})
+		if err != nil {
+			return err
+		}
+		if err := r.Client.Status().Patch(ctx, inst, client.RawPatch(types.MergePatchType, evidence)); err != nil {
+			return client.IgnoreNotFound(fmt.Errorf("recording the wipe of %s: %w", uid, err))
+		}
+	}
+	finalizers := slices.DeleteFunc(slices.Clone(inst.Finalizers), func(f string) bool { return f == computev1alpha1.DiskWipeFinalizer })
+	if err := r.patchFinalizers(ctx, inst, finalizers); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return r.refused(ctx, log, inst, computev1alpha1.VMStopped,
+			"removing the "+computev1alpha1.DiskWipeFinalizer+" finalizer after the wipe", err)
 	}
 	log.Info("Instance wiped and released", "MacOSInstance", client.ObjectKeyFromObject(inst))
 	return nil
@@ -268,11 +306,14 @@ func reportOver(ctx context.Context, log logr.Logger, conn net.Conn) *guest.Repo
 
 // report writes status.runtime, and nothing else, with a merge patch.
 func (r *Instances) report(ctx context.Context, inst *computev1alpha1.MacOSInstance, phase computev1alpha1.VMPhase, msg string, g *guest.Report) error {
-	rt := computev1alpha1.RuntimeStatus{Phase: phase, Message: msg}
+	rt := computev1alpha1.RuntimeStatus{Phase: phase, Message: truncate(msg, maxMessage)}
 	if old := inst.Status.Runtime; old != nil && g == nil {
 		// Keep the guest's last word until it speaks again.
 		rt.BootStage, rt.XcodeVersions, rt.DiskHeadroom, rt.LastReportAt = old.BootStage, old.XcodeVersions, old.DiskHeadroom, old.LastReportAt
 		rt.ReadyForWork = old.ReadyForWork && phase == computev1alpha1.VMRunning
+	}
+	if old := inst.Status.Runtime; old != nil {
+		rt.WipedAt = old.WipedAt // instance.wipe's record stays
 	}
 	if g != nil {
 		at := metav1.NewTime(r.Clock.Now())
@@ -292,31 +333,193 @@ func (r *Instances) report(ctx context.Context, inst *computev1alpha1.MacOSInsta
 	return nil
 }
 
+// maxMessage is status.runtime.message's schema limit, in characters.
+const maxMessage = 1024
+
+// truncate cuts s to at most n characters, marking the cut.
+func truncate(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
+
 func equalRuntime(a, b computev1alpha1.RuntimeStatus) bool {
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
 	return string(ja) == string(jb)
 }
 
-// reportQuota records a code-6 refusal below the limit: the kernel's VM
-// counter is stuck, and only a host reboot clears it. Never a workaround.
-func (r *Instances) reportQuota(ctx context.Context, log logr.Logger) {
-	running, err := r.Launcher.Running()
+// KernelVMLimit is the kernel's hv_apple_isa_vm_quota: two macOS VMs run on
+// one host. A class's vmCapacity never exceeds it (quota.never-circumvent);
+// the agent bounds the capacity it reads by it all the same. Nothing raises
+// it, and the agent never tries.
+const KernelVMLimit = 2
+
+// quotaHolding reports whether a VM in state s holds one of the kernel's VM
+// slots, so counts as running toward the quota. Starting counts: the
+// framework (and the sim's kernel) takes the slot when a start begins, so a
+// VM still booting is one of the two. Stopping and Paused count too: such a
+// VM still exists in the hypervisor. Stopped and Error do not: the VM is off.
+func quotaHolding(s driver.State) bool {
+	switch s {
+	case driver.StateStarting, driver.StateRunning, driver.StateStopping, driver.StatePaused:
+		return true
+	}
+	return false
+}
+
+// helperAnswerTimeout bounds each helper's answer when the agent counts VMs.
+const helperAnswerTimeout = 2 * time.Second
+
+// runningVMs counts the VMs of this host from their own state: each
+// helper's VM is asked for it. A helper process is not a VM: one whose VM
+// is Stopped, or that does not answer in time, is not counted.
+func (r *Instances) runningVMs(ctx context.Context, log logr.Logger) (int, error) {
+	helpers, err := r.Launcher.Running()
 	if err != nil {
-		return
+		return 0, fmt.Errorf("listing the VM helpers: %w", err)
+	}
+	n := 0
+	for uid, sock := range helpers {
+		state, err := vmState(ctx, sock)
+		if err != nil {
+			log.Info("A helper did not say its VM's state; its VM is not counted as running", "instanceUID", uid, "error", err.Error())
+			continue
+		}
+		if quotaHolding(state) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+func vmState(ctx context.Context, sock string) (driver.State, error) {
+	ctx, cancel := context.WithTimeout(ctx, helperAnswerTimeout)
+	defer cancel()
+	c, err := helper.Dial(ctx, sock)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	return c.State(ctx)
+}
+
+// vmCapacity is the VMs this chassis' class allows, at most KernelVMLimit.
+func (r *Instances) vmCapacity(ctx context.Context) (int, error) {
+	mn := &fleetv1alpha1.MacNode{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: r.NodeName}, mn); err != nil {
+		return 0, fmt.Errorf("getting own MacNode: %w", err)
+	}
+	class := &fleetv1alpha1.MacNodeClass{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: mn.Spec.NodeClassName}, class); err != nil {
+		return 0, fmt.Errorf("getting MacNodeClass %s: %w", mn.Spec.NodeClassName, err)
+	}
+	if class.Spec.VMCapacity < 1 {
+		return 0, fmt.Errorf("MacNodeClass %s has vmCapacity %d", class.Name, class.Spec.VMCapacity)
+	}
+	return min(int(class.Spec.VMCapacity), KernelVMLimit), nil
+}
+
+// reportQuota records a code-6 refusal seen at refusedAt: Stuck when fewer
+// VMs run than the class allows (the kernel's VM counter is stuck, and only
+// a host reboot clears it; never a workaround), OK when the refusal was the
+// limit doing its job. A state it cannot establish (the helpers cannot be
+// listed, the class cannot be read) it does not report: it returns why.
+func (r *Instances) reportQuota(ctx context.Context, log logr.Logger, refusedAt time.Time) error {
+	running, err := r.runningVMs(ctx, log)
+	if err != nil {
+		return err
+	}
+	capacity, err := r.vmCapacity(ctx)
+	if err != nil {
+		return err
 	}
 	state := fleetv1alpha1.QuotaOK
-	if len(running) < 2 {
+	if running < capacity {
 		state = fleetv1alpha1.QuotaStuck
 	}
-	now := metav1.NewTime(r.Clock.Now())
-	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"reported": map[string]any{"quota": fleetv1alpha1.QuotaReport{
-		State: state, RunningVMs: int32(len(running)), LastErrorCode: driver.CodeVirtualMachineLimitExceeded, LastErrorAt: &now}}}})
+	// Every field spelt out, 0 included: a merge patch leaves out what it
+	// does not name, and a stale runningVMs must not survive.
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"reported": map[string]any{"quota": map[string]any{
+		"state": state, "runningVMs": running, "lastErrorCode": driver.CodeVirtualMachineLimitExceeded,
+		"lastErrorAt": metav1.NewTime(refusedAt)}}}})
+	if err != nil {
+		return err
+	}
 	mn := &fleetv1alpha1.MacNode{}
 	mn.Name = r.NodeName
 	if err := r.Client.Status().Patch(ctx, mn, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		log.Error(err, "Reporting the quota state failed")
-		return
+		return fmt.Errorf("reporting the quota state %s: %w", state, err)
 	}
-	log.Info("Kernel VM quota refused a start", "quotaState", state, "runningVMs", len(running))
+	at := metav1.NewTime(refusedAt)
+	r.quotaMu.Lock()
+	r.quota = &fleetv1alpha1.QuotaReport{State: state, RunningVMs: int32(running),
+		LastErrorCode: driver.CodeVirtualMachineLimitExceeded, LastErrorAt: &at}
+	r.quotaMu.Unlock()
+	log.Info("Kernel VM quota refused a start", "quotaState", state, "runningVMs", running, "vmCapacity", capacity)
+	return nil
+}
+
+// finalizersPatch is a JSON merge patch of metadata.finalizers and nothing
+// else, locked on resourceVersion: the server answers 409 if the instance
+// changed since it was read, rather than the agent overwriting another
+// writer's finalizers. It never carries the spec, so never rewrites it.
+func finalizersPatch(resourceVersion string, finalizers []string) ([]byte, error) {
+	if finalizers == nil {
+		finalizers = []string{}
+	}
+	return json.Marshal(map[string]any{"metadata": map[string]any{
+		"finalizers": finalizers, "resourceVersion": resourceVersion}})
+}
+
+// patchFinalizers sets the instance's finalizers to finalizers.
+func (r *Instances) patchFinalizers(ctx context.Context, inst *computev1alpha1.MacOSInstance, finalizers []string) error {
+	patch, err := finalizersPatch(inst.ResourceVersion, finalizers)
+	if err != nil {
+		return err
+	}
+	return r.Client.Patch(ctx, inst, client.RawPatch(types.MergePatchType, patch))
+}
+
+// policyRule finds the rule an admission refusal names: each policy's
+// message opens with its rule ("agent.scope: ..."), whether a
+// ValidatingAdmissionPolicy or the webhook refused.
+var policyRule = regexp.MustCompile(`(?:^|[\s:])([a-z][a-z0-9]*\.[a-z][a-z0-9-]*): `)
+
+// refusal reports whether err is the API server refusing a write on
+// policy grounds (422 Invalid or 403 Forbidden: admission or RBAC), and
+// the rule it names, if any.
+func refusal(err error) (rule string, ok bool) {
+	if !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {
+		return "", false
+	}
+	if m := policyRule.FindStringSubmatch(err.Error()); m != nil {
+		return m[1], true
+	}
+	return "unknown", true
+}
+
+// refused handles a failed write of the instance: a refusal on policy
+// grounds is logged with its rule and told in status.runtime.message (a
+// separate write, which agent.scope allows), so that it never hides in the
+// agent's log. It returns the error, wrapped, for a retry with backoff.
+func (r *Instances) refused(ctx context.Context, log logr.Logger, inst *computev1alpha1.MacOSInstance, phase computev1alpha1.VMPhase, what string, err error) error {
+	err = fmt.Errorf("%s of %s/%s: %w", what, inst.Namespace, inst.Name, err)
+	rule, ok := refusal(err)
+	if !ok {
+		return err
+	}
+	log.Error(err, "The API server refused the agent's write", "MacOSInstance", client.ObjectKeyFromObject(inst), "write", what, "rule", rule)
+	said := err.Error()
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		said = status.Status().Message
+	}
+	msg := fmt.Sprintf("the API server refused %s (%s): %s", what, rule, said)
+	if rerr := r.report(ctx, inst, phase, msg, nil); rerr != nil {
+		log.Error(rerr, "Reporting the refusal in status.runtime failed too")
+	}
+	return err
 }

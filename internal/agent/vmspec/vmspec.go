@@ -115,9 +115,9 @@ func Render(inst *computev1alpha1.MacOSInstance, img *fleetv1alpha1.MacOSImage, 
 	if err != nil {
 		return VMSpec{}, err
 	}
-	if inst.Spec.Disk.Cmp(img.Spec.Size) < 0 {
+	if need := img.MinimumDisk(); inst.Spec.Disk.Cmp(need) < 0 {
 		return VMSpec{}, fmt.Errorf("%w: disk %s is smaller than image %s's %s",
-			ErrDisk, inst.Spec.Disk.String(), img.Name, img.Spec.Size.String())
+			ErrDisk, inst.Spec.Disk.String(), img.Name, need.String())
 	}
 	if img.Spec.HardwareModel == "" {
 		return VMSpec{}, fmt.Errorf("%w: image %s has none", ErrHardwareModel, img.Name)

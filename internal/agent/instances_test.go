@@ -1,0 +1,515 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/agent/driver"
+	"github.com/boualleiguie/macrack-operator/internal/agent/driver/sim"
+	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
+	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
+)
+
+const (
+	testNode  = "c02test00001"
+	testClass = "m4-test"
+	testImage = "sequoia"
+	testNS    = "tenant-a"
+)
+
+// write is one write the agent sent to the API server.
+type write struct {
+	verb, subresource, kind, name string
+	patchType                     types.PatchType
+	body                          []byte
+}
+
+// rig is one simulated host: an agent's instance loop on a fake API server,
+// with in-process helpers whose sim VMs count against one kernel.
+type rig struct {
+	t        *testing.T
+	c        client.Client
+	r        *Instances
+	kernel   *sim.MemKernel
+	launcher *helper.InProcessLauncher
+
+	mu     sync.Mutex
+	writes []write
+	// refuse, if set, answers a write before the fake API server does: a
+	// non-nil error refuses it, as admission would.
+	refuse func(write) error
+}
+
+// newRig places the named instances on the host, each with a slot.
+func newRig(t *testing.T, names ...string) *rig {
+	t.Helper()
+	scheme, err := macrackscheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	class := &fleetv1alpha1.MacNodeClass{ObjectMeta: metav1.ObjectMeta{Name: testClass},
+		Spec: fleetv1alpha1.MacNodeClassSpec{Chip: "M4", Memory: resource.MustParse("16Gi"), Disk: resource.MustParse("1T"),
+			NetworkGbps: 10, VMCapacity: 2}}
+	img := &fleetv1alpha1.MacOSImage{ObjectMeta: metav1.ObjectMeta{Name: testImage}, Spec: fleetv1alpha1.MacOSImageSpec{
+		MacOSVersion: "15.5", XcodeVersion: "16.4", Size: resource.MustParse("60Gi"), HardwareModel: "YnBsaXN0MDA="}}
+	mn := &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: testNode},
+		Spec: fleetv1alpha1.MacNodeSpec{Serial: "C02TEST00001", NodeClassName: testClass}}
+	objs := []client.Object{class, img, mn}
+	for _, n := range names {
+		inst := &computev1alpha1.MacOSInstance{
+			ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: testNS, UID: types.UID("uid-" + n)},
+			Spec: computev1alpha1.MacOSInstanceSpec{LeaseName: "build", ImageName: testImage, CPU: 4,
+				Memory: resource.MustParse("8Gi"), Disk: resource.MustParse("200Gi")},
+			Status: computev1alpha1.MacOSInstanceStatus{NodeName: testNode},
+		}
+		mn.Status.Slots = append(mn.Status.Slots, fleetv1alpha1.Slot{Namespace: testNS, Name: n, UID: inst.UID})
+		objs = append(objs, inst)
+	}
+	rg := &rig{t: t, kernel: sim.NewMemKernel()}
+	record := func(w write) error {
+		rg.mu.Lock()
+		defer rg.mu.Unlock()
+		rg.writes = append(rg.writes, w)
+		if rg.refuse != nil {
+			return rg.refuse(w)
+		}
+		return nil
+	}
+	rg.c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
+		WithStatusSubresource(&fleetv1alpha1.MacNode{}, &computev1alpha1.MacOSInstance{}).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+				if err := record(write{verb: "update", kind: kindOf(obj), name: obj.GetName()}); err != nil {
+					return err
+				}
+				return c.Update(ctx, obj, opts...)
+			},
+			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+				body, err := p.Data(obj)
+				if err != nil {
+					return err
+				}
+				if err := record(write{verb: "patch", kind: kindOf(obj), name: obj.GetName(), patchType: p.Type(), body: body}); err != nil {
+					return err
+				}
+				return c.Patch(ctx, obj, p, opts...)
+			},
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+				body, err := p.Data(obj)
+				if err != nil {
+					return err
+				}
+				if err := record(write{verb: "patch", subresource: sub, kind: kindOf(obj), name: obj.GetName(), patchType: p.Type(), body: body}); err != nil {
+					return err
+				}
+				return c.SubResource(sub).Patch(ctx, obj, p, opts...)
+			},
+		}).Build()
+
+	// Short: the helpers' sockets live here, and sockaddr_un holds 103 bytes.
+	dir, err := os.MkdirTemp("", "mrt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	drv := sim.New(rg.kernel, sim.WithBootTime(0), sim.WithShutdownTime(0))
+	rg.launcher, err = helper.NewInProcessLauncher(dir+"/run", drv, helper.WithStopGrace(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rg.launcher.Close(context.Background()) })
+	disks := Disks{Root: dir}
+	if err := disks.SeedImage(testImage, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	rg.r = &Instances{Client: rg.c, NodeName: testNode, Launcher: rg.launcher, Disks: disks, Clock: clock.RealClock{},
+		StopGrace: time.Second, GuestPort: 1024, Poll: time.Second, NewMachineID: RandomMachineID}
+	return rg
+}
+
+func kindOf(obj client.Object) string {
+	switch obj.(type) {
+	case *computev1alpha1.MacOSInstance:
+		return "MacOSInstance"
+	case *fleetv1alpha1.MacNode:
+		return "MacNode"
+	}
+	return "other"
+}
+
+// reconcile runs the instance loop once for the instance name.
+func (rg *rig) reconcile(name string) error {
+	rg.t.Helper()
+	_, err := rg.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: testNS, Name: name}})
+	return err
+}
+
+func (rg *rig) instance(name string) *computev1alpha1.MacOSInstance {
+	rg.t.Helper()
+	i := &computev1alpha1.MacOSInstance{}
+	if err := rg.c.Get(context.Background(), types.NamespacedName{Namespace: testNS, Name: name}, i); err != nil {
+		rg.t.Fatal(err)
+	}
+	return i
+}
+
+// run reconciles the instance until its VM runs.
+func (rg *rig) run(name string) {
+	rg.t.Helper()
+	for range 5 {
+		if err := rg.reconcile(name); err != nil {
+			rg.t.Fatalf("reconciling %s: %v", name, err)
+		}
+		if rt := rg.instance(name).Status.Runtime; rt != nil && rt.Phase == computev1alpha1.VMRunning {
+			return
+		}
+	}
+	rg.t.Fatalf("%s does not run: %+v", name, rg.instance(name).Status.Runtime)
+}
+
+// helperOf dials the helper of the instance name.
+func (rg *rig) helperOf(name string) *helper.Client {
+	rg.t.Helper()
+	running, err := rg.launcher.Running()
+	if err != nil {
+		rg.t.Fatal(err)
+	}
+	sock, ok := running["uid-"+name]
+	if !ok {
+		rg.t.Fatalf("%s has no helper", name)
+	}
+	c, err := helper.Dial(context.Background(), sock)
+	if err != nil {
+		rg.t.Fatal(err)
+	}
+	rg.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func (rg *rig) quota() *fleetv1alpha1.QuotaReport {
+	rg.t.Helper()
+	mn := &fleetv1alpha1.MacNode{}
+	if err := rg.c.Get(context.Background(), client.ObjectKey{Name: testNode}, mn); err != nil {
+		rg.t.Fatal(err)
+	}
+	if mn.Status.Reported == nil {
+		return nil
+	}
+	return mn.Status.Reported.Quota
+}
+
+func (rg *rig) recorded() []write {
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	return append([]write(nil), rg.writes...)
+}
+
+// keys are the keys of a JSON object, sorted.
+func keys(t *testing.T, raw json.RawMessage) []string {
+	t.Helper()
+	m := map[string]json.RawMessage{}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("%s is not a JSON object: %v", raw, err)
+	}
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// The agent never writes what the tenant wrote: a typed Update sends the
+// whole object back, spec re-encoded (8192Mi as 8Gi), and agent.scope
+// refuses it as a spec change. Its only writes of an instance itself are
+// patches of metadata.finalizers, with the resourceVersion as lock.
+func TestTheAgentWritesAnInstanceOnlyWithFinalizerPatches(t *testing.T) {
+	rg := newRig(t, "ci-1")
+	rg.run("ci-1")
+	if got := rg.instance("ci-1").Finalizers; len(got) != 1 || got[0] != computev1alpha1.DiskWipeFinalizer {
+		t.Fatalf("finalizers %v, want [%s]", got, computev1alpha1.DiskWipeFinalizer)
+	}
+	// And through its deletion, which the agent lets go after the wipe.
+	if err := rg.c.Delete(context.Background(), rg.instance("ci-1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := rg.reconcile("ci-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rg.c.Get(context.Background(), types.NamespacedName{Namespace: testNS, Name: "ci-1"}, &computev1alpha1.MacOSInstance{}); err == nil {
+		t.Fatal("the instance is still there after its teardown")
+	}
+
+	var finalizerPatches int
+	for _, w := range rg.recorded() {
+		if w.kind != "MacOSInstance" || w.subresource != "" {
+			continue
+		}
+		if w.verb != "patch" {
+			t.Errorf("the agent sent an instance %s, not a patch", w.verb)
+			continue
+		}
+		if w.patchType != types.MergePatchType {
+			t.Errorf("patch of type %s, want a JSON merge patch", w.patchType)
+		}
+		if got := keys(t, w.body); len(got) != 1 || got[0] != "metadata" {
+			t.Errorf("patch %s holds %v, want metadata alone", w.body, got)
+			continue
+		}
+		var top map[string]json.RawMessage
+		_ = json.Unmarshal(w.body, &top)
+		if got := keys(t, top["metadata"]); len(got) != 2 || got[0] != "finalizers" || got[1] != "resourceVersion" {
+			t.Errorf("patch %s holds metadata %v, want finalizers and resourceVersion alone", w.body, got)
+		}
+		finalizerPatches++
+	}
+	if finalizerPatches != 2 {
+		t.Errorf("%d finalizer patches, want 2: one adds %s, one removes it", finalizerPatches, computev1alpha1.DiskWipeFinalizer)
+	}
+}
+
+// The field bug: one VM runs; the other's VM stopped, but its kernel slot
+// stayed counted (the stuck-quota fault) while its helper lives on. A start
+// of that VM is refused with code 6 although one VM runs: the quota is
+// Stuck, and the report counts the VM that runs, not the two helpers.
+func TestACode6RefusalBelowCapacityIsReportedStuckCountingVMsNotHelpers(t *testing.T) {
+	rg := newRig(t, "ci-1", "ci-2")
+	rg.run("ci-1")
+	rg.run("ci-2")
+	if err := rg.kernel.SetStuckQuota(true); err != nil {
+		t.Fatal(err)
+	}
+	// ci-2's guest shut down: its helper serves on, its VM is Stopped, and
+	// its slot stays counted.
+	c2 := rg.helperOf("ci-2")
+	if err := c2.Stop(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c2.State(context.Background()); err != nil || st != driver.StateStopped {
+		t.Fatalf("ci-2's VM is %s (%v), want Stopped", st, err)
+	}
+	if n, _ := rg.kernel.Active(); n != 2 {
+		t.Fatalf("the kernel counts %d VMs, want 2 (one running, one stuck)", n)
+	}
+	if running, _ := rg.launcher.Running(); len(running) != 2 {
+		t.Fatalf("%d helpers, want 2: ci-2's lives on", len(running))
+	}
+
+	before := time.Now().Add(-time.Second)
+	// The agent starts ci-2's VM again; the kernel refuses it.
+	if err := rg.reconcile("ci-2"); err != nil {
+		t.Fatal(err)
+	}
+	rt := rg.instance("ci-2").Status.Runtime
+	if rt == nil || rt.Phase != computev1alpha1.VMFailed || !strings.Contains(rt.Message, "code 6") {
+		t.Fatalf("ci-2's runtime is %+v, want Failed with the kernel's code 6", rt)
+	}
+	q := rg.quota()
+	if q == nil {
+		t.Fatal("no quota report after a code-6 refusal")
+	}
+	if q.State != fleetv1alpha1.QuotaStuck || q.RunningVMs != 1 {
+		t.Errorf("quota %s with runningVMs %d, want Stuck with 1: one VM runs, the kernel refused the second", q.State, q.RunningVMs)
+	}
+	if q.LastErrorCode != driver.CodeVirtualMachineLimitExceeded {
+		t.Errorf("lastErrorCode %d, want %d", q.LastErrorCode, driver.CodeVirtualMachineLimitExceeded)
+	}
+	if q.LastErrorAt == nil || q.LastErrorAt.Time.Before(before) {
+		t.Errorf("lastErrorAt %v, want the refusal's time", q.LastErrorAt)
+	}
+}
+
+// The positive control: two VMs run, and the kernel refuses a third, as it
+// must. The quota is OK, with two running.
+func TestACode6RefusalAtCapacityIsReportedOK(t *testing.T) {
+	// Three slots, which the operator never hands out on a class of two:
+	// the test's way of making the agent ask the kernel for a third VM.
+	rg := newRig(t, "ci-1", "ci-2", "ci-3")
+	rg.run("ci-1")
+	rg.run("ci-2")
+	if err := rg.reconcile("ci-3"); err != nil {
+		t.Fatal(err)
+	}
+	if rt := rg.instance("ci-3").Status.Runtime; rt == nil || rt.Phase != computev1alpha1.VMFailed {
+		t.Fatalf("ci-3's runtime is %+v, want Failed: the kernel refuses a third VM", rt)
+	}
+	q := rg.quota()
+	if q == nil {
+		t.Fatal("no quota report after a code-6 refusal")
+	}
+	if q.State != fleetv1alpha1.QuotaOK || q.RunningVMs != 2 {
+		t.Errorf("quota %s with runningVMs %d, want OK with 2", q.State, q.RunningVMs)
+	}
+}
+
+// failingRunning is a launcher that cannot list its helpers.
+type failingRunning struct{ helper.Launcher }
+
+func (failingRunning) Running() (map[string]string, error) { return nil, os.ErrPermission }
+
+// A quota state the agent could not establish is not reported.
+func TestNoQuotaStateIsReportedWhenTheHelpersCannotBeListed(t *testing.T) {
+	rg := newRig(t, "ci-1", "ci-2", "ci-3")
+	rg.run("ci-1")
+	rg.run("ci-2")
+	rg.r.Launcher = failingRunning{rg.launcher}
+	if err := rg.reconcile("ci-3"); err != nil {
+		t.Fatal(err)
+	}
+	if q := rg.quota(); q != nil {
+		t.Errorf("quota %+v reported, though the agent could not count its VMs", q)
+	}
+}
+
+func TestTheFinalizerPatchHoldsTheFinalizersAndTheResourceVersionAlone(t *testing.T) {
+	for _, tc := range []struct {
+		finalizers []string
+		want       string
+	}{
+		{[]string{"example.com/other", computev1alpha1.DiskWipeFinalizer},
+			`{"metadata":{"finalizers":["example.com/other","macrack.io/disk-wipe"],"resourceVersion":"42"}}`},
+		// The last finalizer off: an empty list, said outright.
+		{nil, `{"metadata":{"finalizers":[],"resourceVersion":"42"}}`},
+	} {
+		got, err := finalizersPatch("42", tc.finalizers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != tc.want {
+			t.Errorf("patch %s, want %s", got, tc.want)
+		}
+	}
+}
+
+// The refusals the API server answers an agent with, as it words them.
+var (
+	vapRefusal = apierrors.NewForbidden(computev1alpha1.GroupVersion.WithResource("macosinstances").GroupResource(), "ci-1",
+		errors.New("ValidatingAdmissionPolicy 'macrack-agent-scope' with binding 'macrack-agent-scope' denied request: "+
+			"agent.scope: agent c02test00001 may change only status.runtime and the macrack.io/disk-wipe finalizer of an instance, not spec"))
+	webhookRefusal = &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 403, Reason: metav1.StatusReasonForbidden,
+		Message: `admission webhook "vmacosinstance.macrack.io" denied the request: instance.wipe: agent c02test00001 may remove macrack.io/disk-wipe only after recording the wipe in status.runtime.wipedAt`}}
+)
+
+func TestARefusalNamesItsRule(t *testing.T) {
+	for _, tc := range []struct {
+		err     error
+		rule    string
+		refused bool
+	}{
+		{vapRefusal, "agent.scope", true},
+		{webhookRefusal, "instance.wipe", true},
+		{apierrors.NewInvalid(computev1alpha1.GroupVersion.WithKind("MacOSInstance").GroupKind(), "ci-1", nil), "unknown", true},
+		{apierrors.NewConflict(computev1alpha1.GroupVersion.WithResource("macosinstances").GroupResource(), "ci-1", errors.New("changed")), "", false},
+		{errors.New("connection refused"), "", false},
+	} {
+		rule, refused := refusal(fmt.Errorf("wrapped: %w", tc.err))
+		if rule != tc.rule || refused != tc.refused {
+			t.Errorf("%v: rule %q refused %v, want %q %v", tc.err, rule, refused, tc.rule, tc.refused)
+		}
+	}
+}
+
+// A refused finalizer write is not silent: the instance says so in
+// status.runtime, with the rule, and the VM is not started.
+func TestARefusedFinalizerWriteIsToldInStatusRuntime(t *testing.T) {
+	rg := newRig(t, "ci-1")
+	rg.refuse = func(w write) error {
+		if w.kind == "MacOSInstance" && w.subresource == "" {
+			return vapRefusal
+		}
+		return nil
+	}
+	if err := rg.reconcile("ci-1"); !apierrors.IsForbidden(err) {
+		t.Fatalf("reconcile: %v, want the refusal back for a retry", err)
+	}
+	rt := rg.instance("ci-1").Status.Runtime
+	if rt == nil || rt.Phase != computev1alpha1.VMFailed ||
+		!strings.Contains(rt.Message, "(agent.scope)") || !strings.Contains(rt.Message, "not spec") {
+		t.Fatalf("runtime %+v, want Failed and the refusal with its rule", rt)
+	}
+	if running, _ := rg.launcher.Running(); len(running) != 0 {
+		t.Errorf("a helper runs for an instance the agent could not hold: %v", running)
+	}
+}
+
+// So is a refused finalizer removal after the wipe.
+func TestARefusedFinalizerRemovalIsToldInStatusRuntime(t *testing.T) {
+	rg := newRig(t, "ci-1")
+	rg.run("ci-1")
+	if err := rg.c.Delete(context.Background(), rg.instance("ci-1")); err != nil {
+		t.Fatal(err)
+	}
+	rg.refuse = func(w write) error {
+		if w.kind == "MacOSInstance" && w.subresource == "" {
+			return webhookRefusal
+		}
+		return nil
+	}
+	if err := rg.reconcile("ci-1"); !apierrors.IsForbidden(err) {
+		t.Fatalf("reconcile: %v, want the refusal back for a retry", err)
+	}
+	i := rg.instance("ci-1")
+	if rt := i.Status.Runtime; rt == nil || rt.Phase != computev1alpha1.VMStopped || !strings.Contains(rt.Message, "(instance.wipe)") {
+		t.Fatalf("runtime %+v, want Stopped and the refusal with its rule", rt)
+	}
+	if rt := i.Status.Runtime; rt.WipedAt == nil {
+		t.Error("the wipe is not on record")
+	}
+	if !rg.r.Disks.Wiped("uid-ci-1") {
+		t.Error("the disk was not wiped")
+	}
+}
+
+// The facts reporter sends the facts source's quota word (OK, in the sim)
+// only until the instance loop has reported its own: a Stuck stands.
+func TestTheFactsReporterDoesNotUndoAStuckQuota(t *testing.T) {
+	rg := newRig(t, "ci-1", "ci-2")
+	cfg := Config{NodeName: testNode, Facts: StaticFacts{Reported: &fleetv1alpha1.ReportedFacts{Chip: "M4",
+		Quota: &fleetv1alpha1.QuotaReport{State: fleetv1alpha1.QuotaOK}}}}
+	if err := cfg.reportFactsOnce(context.Background(), rg.c, rg.r.LastQuota); err != nil {
+		t.Fatal(err)
+	}
+	if q := rg.quota(); q == nil || q.State != fleetv1alpha1.QuotaOK {
+		t.Fatalf("positive control: quota %+v, want the facts' OK before any refusal", q)
+	}
+	rg.run("ci-1")
+	rg.run("ci-2")
+	if err := rg.kernel.SetStuckQuota(true); err != nil {
+		t.Fatal(err)
+	}
+	if err := rg.helperOf("ci-2").Stop(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := rg.reconcile("ci-2"); err != nil {
+		t.Fatal(err)
+	}
+	if q := rg.quota(); q == nil || q.State != fleetv1alpha1.QuotaStuck {
+		t.Fatalf("quota %+v, want Stuck", q)
+	}
+	if err := cfg.reportFactsOnce(context.Background(), rg.c, rg.r.LastQuota); err != nil {
+		t.Fatal(err)
+	}
+	if q := rg.quota(); q == nil || q.State != fleetv1alpha1.QuotaStuck || q.RunningVMs != 1 || q.LastErrorCode != 6 {
+		t.Errorf("quota %+v after the facts were reported again, want Stuck with 1 running and code 6", q)
+	}
+}
