@@ -11,6 +11,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
@@ -21,14 +22,18 @@ import (
 const HistoryLimit = 32
 
 // DeleteInstances deletes every instance of the lease namespace/name that is
-// not already being deleted, and returns how many still exist: each waits
-// for its host agent to stop the VM and wipe its disk.
+// not already being deleted, and returns how many still wait for their host
+// agent to stop the VM and wipe the disk: those that still carry
+// macrack.io/disk-wipe. An instance held only by someone else's finalizer
+// has had its disk wiped; what keeps it is its owner's business, and it
+// holds no chassis.
 func DeleteInstances(ctx context.Context, c client.Client, namespace, name string) (int, error) {
 	list := &computev1alpha1.MacOSInstanceList{}
 	if err := c.List(ctx, list, client.InNamespace(namespace),
 		client.MatchingFields{index.InstanceByLease: index.LeaseKey(namespace, name)}); err != nil {
 		return 0, fmt.Errorf("listing instances of %s/%s: %w", namespace, name, err)
 	}
+	awaiting := 0
 	for i := range list.Items {
 		inst := &list.Items[i]
 		if inst.DeletionTimestamp.IsZero() {
@@ -36,8 +41,11 @@ func DeleteInstances(ctx context.Context, c client.Client, namespace, name strin
 				return 0, fmt.Errorf("deleting instance %s/%s: %w", inst.Namespace, inst.Name, err)
 			}
 		}
+		if controllerutil.ContainsFinalizer(inst, computev1alpha1.DiskWipeFinalizer) {
+			awaiting++
+		}
 	}
-	return len(list.Items), nil
+	return awaiting, nil
 }
 
 // Freed returns node with its binding and slots cleared and the lease

@@ -6,7 +6,9 @@ package patch
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"reflect"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -39,21 +41,32 @@ func (h *Helper) Patch(ctx context.Context, obj client.Object) error {
 	delete(after, "status")
 	restChanged := !equality.Semantic.DeepEqual(before, after)
 
+	// The status patch refreshes obj from the server, metadata and spec
+	// included; keep what this reconcile wants of them.
+	desired := obj.DeepCopyObject().(client.Object)
+	var statusErr error
 	if statusChanged {
 		if err := h.client.Status().Patch(ctx, obj, client.MergeFrom(h.before)); err != nil {
-			return fmt.Errorf("patching status: %w", err)
+			statusErr = fmt.Errorf("patching status: %w", err)
 		}
 	}
 	if restChanged {
-		// The status patch refreshed obj; diff its metadata and spec from a
-		// snapshot that carries the refreshed status, so that only they go.
+		// Diff metadata and spec from a snapshot that carries the status now
+		// stored, so that only they go. After a failed status patch, obj is
+		// unchanged and the plain snapshot serves: a status write that was
+		// refused never holds back a metadata write (a finalizer that could
+		// never be removed would hold the object, and its namespace, forever).
 		base := h.before.DeepCopyObject().(client.Object)
-		if statusChanged {
+		if statusChanged && statusErr == nil {
 			base = withStatusOf(base, obj)
+			reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(withStatusOf(desired, obj)).Elem())
 		}
 		if err := h.client.Patch(ctx, obj, client.MergeFrom(base)); err != nil {
-			return fmt.Errorf("patching metadata and spec: %w", err)
+			return errors.Join(statusErr, fmt.Errorf("patching metadata and spec: %w", err))
 		}
+	}
+	if statusErr != nil {
+		return statusErr
 	}
 	h.before = obj.DeepCopyObject().(client.Object)
 	return nil

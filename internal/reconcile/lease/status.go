@@ -42,10 +42,16 @@ func (r *Reconciler) updateStatus(s *scope) {
 			fmt.Sprintf("chassis %s (%s) is this namespace's until at least %s", s.node.Spec.Serial, s.node.Name, b.EarliestReleaseAt.UTC().Format(time.RFC3339))), gen, now)
 	case lease.Status.Phase == leasingv1alpha1.LeaseReleased:
 		conditions.Set(c, conditions.False(leasingv1alpha1.ConditionBound, leasingv1alpha1.ReasonReleased, "the chassis went back to the pool"), gen, now)
-	default:
-		if conditions.Set(c, conditions.False(leasingv1alpha1.ConditionBound, s.pendingReason, s.pendingMessage), gen, now) && s.pendingReason != "" {
+	case s.pendingReason != "":
+		if conditions.Set(c, conditions.False(leasingv1alpha1.ConditionBound, s.pendingReason, s.pendingMessage), gen, now) {
 			r.Recorder.Eventf(lease, nil, corev1.EventTypeWarning, s.pendingReason, "Bind", "%s", s.pendingMessage)
 		}
+	case deleting:
+		conditions.Set(c, conditions.False(leasingv1alpha1.ConditionBound, leasingv1alpha1.ReasonNotBound,
+			"deleted before it bound a chassis; nothing to release"), gen, now)
+	default:
+		conditions.Set(c, conditions.False(leasingv1alpha1.ConditionBound, leasingv1alpha1.ReasonNotBound,
+			"waiting for a chassis of class "+lease.Spec.NodeClassName), gen, now)
 	}
 
 	switch {

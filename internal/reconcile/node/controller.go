@@ -66,6 +66,10 @@ type Reconciler struct {
 // HeartbeatNamespace holds the agents' heartbeat Leases, as kubelets' do.
 const HeartbeatNamespace = "kube-node-lease"
 
+// conflictRetry is how soon a status write that lost an optimistic
+// concurrency race is retried, from a fresher read.
+const conflictRetry = 100 * time.Millisecond
+
 // SetupWithManager registers the controller and its watches.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
@@ -176,7 +180,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// the lease controller wrote meanwhile.
 	if err := r.Client.Status().Update(ctx, mn); err != nil {
 		if apierrors.IsConflict(err) {
-			return ctrl.Result{Requeue: true}, nil
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("updating MacNode %s status: %w", mn.Name, err)
 	}
@@ -231,7 +235,7 @@ func (r *Reconciler) reconcileOrphanBinding(ctx context.Context, s *scope) (ctrl
 	}
 	if err := r.Client.Status().Update(ctx, freed); err != nil {
 		if apierrors.IsConflict(err) {
-			return ctrl.Result{Requeue: true}, nil
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("freeing MacNode %s: %w", s.node.Name, err)
 	}
