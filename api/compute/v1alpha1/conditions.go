@@ -12,6 +12,7 @@ const (
 const (
 	ReasonPlaced           = "Placed"
 	ReasonCapacityExceeded = "CapacityExceeded"
+	ReasonClassNotFound    = "ClassNotFound"
 	ReasonLeaseNotBound    = "LeaseNotBound"
 	ReasonPolicyDenied     = "PolicyDenied"
 )

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
@@ -170,5 +172,44 @@ func TestAPlaceholderPodStandsForEachRunningInstance(t *testing.T) {
 	_ = c.List(context.Background(), pods, client.InNamespace("macrack-system"))
 	if len(pods.Items) != 0 {
 		t.Fatalf("a stopped instance keeps its placeholder: %d pods", len(pods.Items))
+	}
+}
+
+func TestACacheErrorIsRetriedNeverShownAsCapacity(t *testing.T) {
+	r, c := setup(t, 2, instance("first", time.Second))
+	broken := errors.New("cache not synced")
+	r.Client = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, cl client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, isClass := obj.(*fleetv1alpha1.MacNodeClass); isClass {
+				return broken
+			}
+			return cl.Get(ctx, key, obj, opts...)
+		},
+	})
+	_, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Name: "c02a"}})
+	if !errors.Is(err, broken) {
+		t.Fatalf("want the cache error returned for a retry, got %v", err)
+	}
+	if conds := get(t, c, "first").Status.Conditions; len(conds) != 0 {
+		t.Fatalf("a cache error reached the tenant: %+v", conds)
+	}
+
+	// Positive control: with the cache back, the instance is placed.
+	r.Client = c
+	reconcileNode(t, r)
+	if get(t, c, "first").Status.NodeName != "c02a" {
+		t.Fatal("not placed once the cache answers")
+	}
+}
+
+func TestAMissingClassSaysSoNotCapacity(t *testing.T) {
+	r, c := setup(t, 2, instance("first", time.Second))
+	if err := c.Delete(context.Background(), &fleetv1alpha1.MacNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "m4"}}); err != nil {
+		t.Fatal(err)
+	}
+	reconcileNode(t, r)
+	first := get(t, c, "first")
+	if first.Status.NodeName != "" || len(first.Status.Conditions) != 1 || first.Status.Conditions[0].Reason != computev1alpha1.ReasonClassNotFound {
+		t.Fatalf("want Placed=False ClassNotFound, got %+v on %q", first.Status.Conditions, first.Status.NodeName)
 	}
 }
