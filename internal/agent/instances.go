@@ -351,12 +351,6 @@ func equalRuntime(a, b computev1alpha1.RuntimeStatus) bool {
 	return string(ja) == string(jb)
 }
 
-// KernelVMLimit is the kernel's hv_apple_isa_vm_quota: two macOS VMs run on
-// one host. A class's vmCapacity never exceeds it (quota.never-circumvent);
-// the agent bounds the capacity it reads by it all the same. Nothing raises
-// it, and the agent never tries.
-const KernelVMLimit = 2
-
 // quotaHolding reports whether a VM in state s holds one of the kernel's VM
 // slots, so counts as running toward the quota. Starting counts: the
 // framework (and the sim's kernel) takes the slot when a start begins, so a
@@ -406,7 +400,7 @@ func vmState(ctx context.Context, sock string) (driver.State, error) {
 	return c.State(ctx)
 }
 
-// vmCapacity is the VMs this chassis' class allows, at most KernelVMLimit.
+// vmCapacity is the VMs this chassis' class allows, at most fleetv1alpha1.KernelVMLimit.
 func (r *Instances) vmCapacity(ctx context.Context) (int, error) {
 	mn := &fleetv1alpha1.MacNode{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: r.NodeName}, mn); err != nil {
@@ -419,7 +413,7 @@ func (r *Instances) vmCapacity(ctx context.Context) (int, error) {
 	if class.Spec.VMCapacity < 1 {
 		return 0, fmt.Errorf("MacNodeClass %s has vmCapacity %d", class.Name, class.Spec.VMCapacity)
 	}
-	return min(int(class.Spec.VMCapacity), KernelVMLimit), nil
+	return min(int(class.Spec.VMCapacity), fleetv1alpha1.KernelVMLimit), nil
 }
 
 // reportQuota records a code-6 refusal seen at refusedAt: Stuck when fewer

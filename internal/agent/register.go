@@ -44,7 +44,7 @@ func Register(ctx context.Context, c client.Client, nodeName string) (*fleetv1al
 	if err := c.Get(ctx, client.ObjectKey{Name: mn.Spec.NodeClassName}, class); err != nil {
 		return nil, fmt.Errorf("getting MacNodeClass %s: %w", mn.Spec.NodeClassName, err)
 	}
-	capacity := *resource.NewQuantity(int64(min(class.Spec.VMCapacity, 2)), resource.DecimalSI)
+	capacity := *resource.NewQuantity(int64(min(class.Spec.VMCapacity, fleetv1alpha1.KernelVMLimit)), resource.DecimalSI)
 
 	node := &corev1.Node{}
 	err := c.Get(ctx, client.ObjectKey{Name: nodeName}, node)

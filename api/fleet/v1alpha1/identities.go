@@ -10,3 +10,7 @@ const (
 	// agent-<node>, in the agents' namespace.
 	AgentServiceAccountPrefix = "agent-"
 )
+
+// KernelVMLimit is the kernel's hv_apple_isa_vm_quota: at most two macOS VMs
+// run on one chassis. MacRack never asks for more, and never raises it.
+const KernelVMLimit = 2

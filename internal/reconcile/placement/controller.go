@@ -157,7 +157,11 @@ func (r *Reconciler) reconcileSlots(ctx context.Context, mn *fleetv1alpha1.MacNo
 		hasSlot[s.UID] = true
 	}
 
-	capacity := r.capacity(ctx, mn)
+	capacity, classKnown, err := r.capacity(ctx, mn)
+	if err != nil {
+		// A cache error is retried; it is never a tenant's capacity verdict.
+		return err
+	}
 	sort.SliceStable(waiting, func(a, b int) bool {
 		return waiting[a].CreationTimestamp.Before(&waiting[b].CreationTimestamp)
 	})
@@ -166,6 +170,11 @@ func (r *Reconciler) reconcileSlots(ctx context.Context, mn *fleetv1alpha1.MacNo
 	for _, inst := range waiting {
 		if hasSlot[inst.UID] {
 			claims = append(claims, inst) // claimed on an earlier pass; the placement was not written yet
+			continue
+		}
+		if !classKnown {
+			refused = append(refused, refusal{inst, computev1alpha1.ReasonClassNotFound,
+				fmt.Sprintf("chassis %s names MacNodeClass %s, which does not exist; nothing is placed on it", mn.Spec.Serial, mn.Spec.NodeClassName)})
 			continue
 		}
 		if len(slots) >= capacity {
@@ -271,12 +280,18 @@ func conditionMessage(i *computev1alpha1.MacOSInstance, t string) string {
 }
 
 // capacity is the class's vmCapacity, never above two.
-func (r *Reconciler) capacity(ctx context.Context, mn *fleetv1alpha1.MacNode) int {
+// capacity is the chassis' VM capacity: its class's, never above the
+// kernel's two. known is false when the class does not exist, which places
+// nothing; any other error is the caller's to retry.
+func (r *Reconciler) capacity(ctx context.Context, mn *fleetv1alpha1.MacNode) (capacity int, known bool, err error) {
 	class := &fleetv1alpha1.MacNodeClass{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: mn.Spec.NodeClassName}, class); err != nil {
-		return 0 // an unknown class places nothing
+		if apierrors.IsNotFound(err) {
+			return 0, false, nil
+		}
+		return 0, false, fmt.Errorf("getting MacNodeClass %s of %s: %w", mn.Spec.NodeClassName, mn.Name, err)
 	}
-	return min(int(class.Spec.VMCapacity), 2)
+	return min(int(class.Spec.VMCapacity), fleetv1alpha1.KernelVMLimit), true, nil
 }
 
 func (r *Reconciler) decide(ctx context.Context, obj, old client.Object, inv map[string]any) (policy.Decision, error) {
