@@ -12,7 +12,6 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -43,23 +42,6 @@ func agentClient(node string) client.Client {
 	Expect(harness.WaitAllowed(ctx, c, authorizationv1.ResourceAttributes{Verb: "create", Namespace: agent.HeartbeatNamespace,
 		Group: "coordination.k8s.io", Resource: "leases"})).To(Succeed())
 	return c
-}
-
-// The layers a refusal comes from.
-
-func expectPolicyDenial(err error, rule string) {
-	GinkgoHelper()
-	Expect(err).To(HaveOccurred(), "want a %s denial", rule)
-	vap := fmt.Sprintf("ValidatingAdmissionPolicy 'macrack-%s'", strings.NewReplacer(".", "-").Replace(rule))
-	Expect(err.Error()).To(ContainSubstring(vap), "refused by another layer: %v", err)
-	Expect(err.Error()).To(ContainSubstring(rule + ": "))
-}
-
-func expectRBACDenial(err error, verb, resource string) {
-	GinkgoHelper()
-	Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want 403, got %v", err)
-	Expect(err.Error()).To(ContainSubstring(fmt.Sprintf("cannot %s resource %q", verb, resource)), "not RBAC: %v", err)
-	Expect(err.Error()).NotTo(ContainSubstring("ValidatingAdmissionPolicy"))
 }
 
 func statusPatch(c client.Client, obj client.Object, patch map[string]any) error {
@@ -154,17 +136,17 @@ var _ = Describe("agent.scope", Ordered, func() {
 
 			Expect(admin.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeB}})).To(Succeed())
 			foreign := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeB}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: agent.UnleasedKey, Effect: corev1.TaintEffectNoSchedule}}}}
-			expectPolicyDenial(a.Create(ctx, foreign), "agent.scope")
+			harness.ExpectPolicyDenial(a.Create(ctx, foreign), "agent.scope")
 		})
 		It("may not change a macrack.io taint or the tenant label, and may change a foreign taint", func() {
 			n := &corev1.Node{}
 			Expect(a.Get(ctx, client.ObjectKey{Name: nodeA}, n)).To(Succeed())
 			n.Spec.Taints = nil
-			expectPolicyDenial(a.Update(ctx, n), "agent.scope")
+			harness.ExpectPolicyDenial(a.Update(ctx, n), "agent.scope")
 
 			Expect(a.Get(ctx, client.ObjectKey{Name: nodeA}, n)).To(Succeed())
 			n.Labels["macrack.io/tenant"] = "tenant-x"
-			expectPolicyDenial(a.Update(ctx, n), "agent.scope")
+			harness.ExpectPolicyDenial(a.Update(ctx, n), "agent.scope")
 
 			Expect(a.Get(ctx, client.ObjectKey{Name: nodeA}, n)).To(Succeed())
 			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/maintenance", Effect: corev1.TaintEffectPreferNoSchedule})
@@ -175,12 +157,12 @@ var _ = Describe("agent.scope", Ordered, func() {
 			Expect(a.Get(ctx, client.ObjectKey{Name: nodeA}, n)).To(Succeed())
 			three := n.DeepCopy()
 			three.Status.Capacity[agent.VMResource] = resource.MustParse("3")
-			expectPolicyDenial(a.Status().Patch(ctx, three, client.MergeFrom(n)), "quota.never-circumvent")
+			harness.ExpectPolicyDenial(a.Status().Patch(ctx, three, client.MergeFrom(n)), "quota.never-circumvent")
 			Expect(a.Get(ctx, client.ObjectKey{Name: nodeA}, n)).To(Succeed())
 			Expect(n.Status.Capacity.Name(agent.VMResource, resource.DecimalSI).Value()).To(Equal(int64(2)))
 		})
 		It("may not delete its Node", func() {
-			expectRBACDenial(a.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeA}}), "delete", "nodes")
+			harness.ExpectRBACDenial(a.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeA}}), "delete", "nodes")
 		})
 	})
 
@@ -189,13 +171,13 @@ var _ = Describe("agent.scope", Ordered, func() {
 			Expect(agent.ReportFacts(ctx, a, nodeA, harness.GoodFacts())).To(Succeed())
 		})
 		It("may not patch MacNode B", func() {
-			expectPolicyDenial(agent.ReportFacts(ctx, a, nodeB, harness.GoodFacts()), "agent.scope")
+			harness.ExpectPolicyDenial(agent.ReportFacts(ctx, a, nodeB, harness.GoodFacts()), "agent.scope")
 		})
 		It("may not write its own status.binding or status.slots", func() {
-			expectPolicyDenial(statusPatch(a, &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: nodeA}}, map[string]any{
+			harness.ExpectPolicyDenial(statusPatch(a, &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: nodeA}}, map[string]any{
 				"status": map[string]any{"binding": map[string]any{"leaseNamespace": "x", "leaseName": "y", "leaseUID": "z",
 					"boundAt": "2026-06-01T12:00:00Z", "earliestReleaseAt": "2026-06-02T12:00:00Z"}}}), "agent.scope")
-			expectPolicyDenial(statusPatch(a, &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: nodeA}}, map[string]any{
+			harness.ExpectPolicyDenial(statusPatch(a, &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: nodeA}}, map[string]any{
 				"status": map[string]any{"slots": []any{map[string]any{"namespace": "x", "name": "y", "uid": "z"}}}}), "agent.scope")
 		})
 	})
@@ -205,13 +187,13 @@ var _ = Describe("agent.scope", Ordered, func() {
 			Expect(statusPatch(a, instA, map[string]any{"status": map[string]any{"runtime": map[string]any{"phase": "Running"}}})).To(Succeed())
 		})
 		It("may not update an instance on node B", func() {
-			expectPolicyDenial(statusPatch(a, instB, map[string]any{"status": map[string]any{"runtime": map[string]any{"phase": "Running"}}}), "agent.scope")
+			harness.ExpectPolicyDenial(statusPatch(a, instB, map[string]any{"status": map[string]any{"runtime": map[string]any{"phase": "Running"}}}), "agent.scope")
 		})
 		It("may not change the spec of its own instance", func() {
 			i := &computev1alpha1.MacOSInstance{}
 			Expect(a.Get(ctx, client.ObjectKeyFromObject(instA), i)).To(Succeed())
 			i.Spec.CPU = 8
-			expectPolicyDenial(a.Update(ctx, i), "agent.scope")
+			harness.ExpectPolicyDenial(a.Update(ctx, i), "agent.scope")
 		})
 	})
 
@@ -222,16 +204,16 @@ var _ = Describe("agent.scope", Ordered, func() {
 			Expect(hb.Beat(ctx)).To(Succeed(), "positive control: renew")
 			foreign := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: nodeB, Namespace: agent.HeartbeatNamespace},
 				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(nodeB)}}
-			expectPolicyDenial(a.Create(ctx, foreign), "agent.scope")
+			harness.ExpectPolicyDenial(a.Create(ctx, foreign), "agent.scope")
 		})
 		It("requests a token for itself, and may not for agent B", func() {
 			own := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: agent.ServiceAccountName(nodeA), Namespace: agentsNamespace}}
 			Expect(a.SubResource("token").Create(ctx, own, &authenticationv1.TokenRequest{})).To(Succeed())
 			other := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: agent.ServiceAccountName(nodeB), Namespace: agentsNamespace}}
-			expectPolicyDenial(a.SubResource("token").Create(ctx, other, &authenticationv1.TokenRequest{}), "agent.scope")
+			harness.ExpectPolicyDenial(a.SubResource("token").Create(ctx, other, &authenticationv1.TokenRequest{}), "agent.scope")
 		})
 		It("may not list MacNodeLeases", func() {
-			expectRBACDenial(a.List(ctx, &leasingv1alpha1.MacNodeLeaseList{}), "list", "macnodeleases")
+			harness.ExpectRBACDenial(a.List(ctx, &leasingv1alpha1.MacNodeLeaseList{}), "list", "macnodeleases")
 		})
 	})
 })

@@ -3,14 +3,12 @@ package hostile
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -96,32 +94,6 @@ func macNode(name string) *fleetv1alpha1.MacNode {
 	mn := &fleetv1alpha1.MacNode{}
 	Expect(admin.Get(ctx, client.ObjectKey{Name: name}, mn)).To(Succeed())
 	return mn
-}
-
-// The layers a refusal comes from.
-
-func expectPolicyDenial(err error, rule string) {
-	GinkgoHelper()
-	Expect(err).To(HaveOccurred(), "want a %s denial", rule)
-	vap := fmt.Sprintf("ValidatingAdmissionPolicy 'macrack-%s'", strings.NewReplacer(".", "-").Replace(rule))
-	Expect(err.Error()).To(ContainSubstring(vap), "refused by another layer: %v", err)
-	Expect(err.Error()).To(ContainSubstring(rule + ": "))
-}
-
-// expectWebhookDenial asserts the validating webhook refused with rule.
-func expectWebhookDenial(err error, rule string) {
-	GinkgoHelper()
-	Expect(err).To(HaveOccurred(), "want a %s denial", rule)
-	Expect(err.Error()).To(ContainSubstring("admission webhook \"vmacosinstance.macrack.io\" denied the request"), "refused by another layer: %v", err)
-	Expect(err.Error()).To(ContainSubstring(rule + ": "))
-}
-
-func expectRBACDenial(err error, verb, resource string) {
-	GinkgoHelper()
-	Expect(err).To(HaveOccurred(), "want RBAC to refuse %s %s", verb, resource)
-	Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want 403, got %v", err)
-	Expect(err.Error()).To(ContainSubstring(fmt.Sprintf("cannot %s resource %q", verb, resource)), "not RBAC: %v", err)
-	Expect(err.Error()).NotTo(ContainSubstring("ValidatingAdmissionPolicy"))
 }
 
 func mergePatch(patch map[string]any) client.Patch {

@@ -54,10 +54,10 @@ var _ = Describe("identities", Ordered, ContinueOnFailure, func() {
 		It("can write nothing and request no token: RBAC refuses", func() {
 			for _, at := range attacks() {
 				By(at.name)
-				expectRBACDenial(at.do(stranger, leased), at.verb, at.resource)
+				harness.ExpectRBACDenial(at.do(stranger, leased), at.verb, at.resource)
 			}
 			self := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: agentsNamespace}}
-			expectRBACDenial(stranger.SubResource("token").Create(ctx, self, tokenRequest(3600)), "create", "serviceaccounts/token")
+			harness.ExpectRBACDenial(stranger.SubResource("token").Create(ctx, self, tokenRequest(3600)), "create", "serviceaccounts/token")
 		})
 
 		It("positive control: the chassis' own agent does its routine writes", func() {
@@ -93,7 +93,7 @@ var _ = Describe("identities", Ordered, ContinueOnFailure, func() {
 				By(at.name)
 				// RBAC now allows it, so the refusal below is the policy's.
 				Expect(harness.WaitAllowed(ctx, stranger, resourceAttributes(at))).To(Succeed())
-				expectPolicyDenial(at.do(stranger, leased), "agent.scope")
+				harness.ExpectPolicyDenial(at.do(stranger, leased), "agent.scope")
 			}
 		})
 	})
@@ -103,9 +103,9 @@ var _ = Describe("identities", Ordered, ContinueOnFailure, func() {
 			own := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: agent.ServiceAccountName(a.node), Namespace: agentsNamespace}}
 			Expect(a.client.SubResource("token").Create(ctx, own, tokenRequest(3600))).To(Succeed(), "positive control: 1h, the API server's audiences")
 			Expect(a.client.SubResource("token").Create(ctx, own, tokenRequest(86400))).To(Succeed(), "positive control: 24h")
-			expectPolicyDenial(a.client.SubResource("token").Create(ctx, own, tokenRequest(8760*3600)), "agent.scope")
-			expectPolicyDenial(a.client.SubResource("token").Create(ctx, own, tokenRequest(86401)), "agent.scope")
-			expectPolicyDenial(a.client.SubResource("token").Create(ctx, own, tokenRequest(3600, "vault")), "agent.scope")
+			harness.ExpectPolicyDenial(a.client.SubResource("token").Create(ctx, own, tokenRequest(8760*3600)), "agent.scope")
+			harness.ExpectPolicyDenial(a.client.SubResource("token").Create(ctx, own, tokenRequest(86401)), "agent.scope")
+			harness.ExpectPolicyDenial(a.client.SubResource("token").Create(ctx, own, tokenRequest(3600, "vault")), "agent.scope")
 		})
 	})
 
@@ -118,7 +118,7 @@ var _ = Describe("identities", Ordered, ContinueOnFailure, func() {
 				Reason: "LeaseReleased", Message: "released early", Type: corev1.EventTypeNormal,
 				Source: corev1.EventSource{Component: "macrack-lease"},
 			}
-			expectRBACDenial(owner.client.Create(ctx, forged), "create", "events")
+			harness.ExpectRBACDenial(owner.client.Create(ctx, forged), "create", "events")
 			about := func(kind, name string) *corev1.Event {
 				return &corev1.Event{
 					ObjectMeta:     metav1.ObjectMeta{GenerateName: "agent-", Namespace: metav1.NamespaceDefault},
@@ -133,8 +133,8 @@ var _ = Describe("identities", Ordered, ContinueOnFailure, func() {
 			if owner.node == a.node {
 				other = b
 			}
-			expectPolicyDenial(owner.client.Create(ctx, about("Node", other.node)), "agent.scope")
-			expectPolicyDenial(owner.client.Create(ctx, about("MacNodeLease", leased.lease.Name)), "agent.scope")
+			harness.ExpectPolicyDenial(owner.client.Create(ctx, about("Node", other.node)), "agent.scope")
+			harness.ExpectPolicyDenial(owner.client.Create(ctx, about("MacNodeLease", leased.lease.Name)), "agent.scope")
 		})
 	})
 
@@ -187,12 +187,12 @@ var _ = Describe("identities", Ordered, ContinueOnFailure, func() {
 
 			By("an agent stays fenced")
 			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: owner.node}}
-			expectPolicyDenial(owner.client.Patch(ctx, n, mergePatch(map[string]any{"spec": map[string]any{"taints": []any{}}})), "agent.scope")
+			harness.ExpectPolicyDenial(owner.client.Patch(ctx, n, mergePatch(map[string]any{"spec": map[string]any{"taints": []any{}}})), "agent.scope")
 			other := b
 			if owner.node == b.node {
 				other = a
 			}
-			expectPolicyDenial(owner.client.Create(ctx, &coordinationv1.Lease{
+			harness.ExpectPolicyDenial(owner.client.Create(ctx, &coordinationv1.Lease{
 				ObjectMeta: metav1.ObjectMeta{Name: other.node, Namespace: agent.HeartbeatNamespace},
 				Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(other.node)}}), "agent.scope")
 

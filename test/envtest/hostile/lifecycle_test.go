@@ -63,12 +63,12 @@ var _ = Describe("lifecycle", Ordered, ContinueOnFailure, func() {
 			"finalizers": []any{computev1alpha1.DiskWipeFinalizer}}}))).To(Succeed(), "positive control: the agent takes the instance in hand")
 
 		By("the tenant strips every finalizer")
-		expectPolicyDenial(leased.tenant.Client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{"finalizers": nil}})), "instance.wipe")
+		harness.ExpectPolicyDenial(leased.tenant.Client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{"finalizers": nil}})), "instance.wipe")
 		Expect(leased.tenant.Client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
 			"finalizers": []any{computev1alpha1.DiskWipeFinalizer, "example.com/keep"}}}))).To(Succeed(), "positive control: the tenant's own finalizer is its own")
 
 		By("the agent, before the wipe is on record")
-		expectPolicyDenial(a.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
+		harness.ExpectPolicyDenial(a.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
 			"finalizers": []any{"example.com/keep"}}})), "instance.wipe")
 
 		Expect(leased.tenant.Client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
@@ -94,12 +94,12 @@ var _ = Describe("lifecycle", Ordered, ContinueOnFailure, func() {
 			Spec: computev1alpha1.MacOSInstanceSpec{LeaseName: leased.lease.Name, ImageName: "sequoia-120", CPU: 4,
 				Memory: resource.MustParse("8Gi"), Disk: resource.MustParse("100Gi")}}
 		err := leased.tenant.Client.Create(ctx, small)
-		expectWebhookDenial(err, "instance.image")
+		harness.ExpectWebhookDenial(err, "vmacosinstance.macrack.io", "instance.image")
 		Expect(err.Error()).To(ContainSubstring("disk 100Gi is smaller than image sequoia-120, which needs 120Gi"))
 
 		missing := small.DeepCopy()
 		missing.Name, missing.Spec.ImageName, missing.Spec.Disk = "missing", "no-such-image", resource.MustParse("200Gi")
-		expectWebhookDenial(leased.tenant.Client.Create(ctx, missing), "instance.image")
+		harness.ExpectWebhookDenial(leased.tenant.Client.Create(ctx, missing), "vmacosinstance.macrack.io", "instance.image")
 
 		big := small.DeepCopy()
 		big.Name, big.Spec.Disk = "big", resource.MustParse("120Gi")

@@ -2,14 +2,12 @@ package leases
 
 import (
 	"fmt"
-	"regexp"
 	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -99,27 +97,6 @@ func tick(d string, leases ...*leasingv1alpha1.MacNodeLease) {
 		objs[i] = l
 	}
 	op.Step(dur, objs...)
-}
-
-// The layers a refusal can come from, and how each one reads.
-
-func expectWebhookDenial(err error, webhook, code string) {
-	GinkgoHelper()
-	Expect(err).To(HaveOccurred(), "want a denial with %s", code)
-	Expect(err.Error()).To(ContainSubstring(fmt.Sprintf("admission webhook %q denied the request", webhook)), "refused by another layer: %v", err)
-	// The rule's own code, not the engine's: a twin that lost the rule
-	// turns the answer into policy.disagreement, and that must fail here.
-	Expect(err.Error()).To(MatchRegexp(`(denied the request: |; )`+regexp.QuoteMeta(code)+`: `), "refused without the rule code %s: %v", code, err)
-	Expect(err.Error()).NotTo(ContainSubstring("policy.disagreement"))
-	Expect(err.Error()).NotTo(ContainSubstring("policy.error"))
-}
-
-func expectRBACDenial(err error, resource string) {
-	GinkgoHelper()
-	Expect(err).To(HaveOccurred())
-	Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want 403, got %v", err)
-	Expect(err.Error()).To(ContainSubstring(fmt.Sprintf("cannot update resource %q", resource)), "not an RBAC refusal: %v", err)
-	Expect(err.Error()).NotTo(ContainSubstring("admission webhook"))
 }
 
 func hasTaint(n *corev1.Node, key, value string) bool {

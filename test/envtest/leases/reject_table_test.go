@@ -29,7 +29,7 @@ var _ = Describe("(e) The 24-hour floor", func() {
 		class, _ := newClass(0)
 
 		err = tenant.Client.Create(ctx, newLease(tenant.Namespace, "short", class, "23h"))
-		expectWebhookDenial(err, leaseWebhook, "lease.floor")
+		harness.ExpectWebhookDenial(err, leaseWebhook, "lease.floor")
 		Expect(err.Error()).To(ContainSubstring("lease.floor: minimumDuration 23h is below the 24h floor"))
 
 		Expect(tenant.Client.Create(ctx, newLease(tenant.Namespace, "day", class, "24h"))).To(Succeed(), "positive control")
@@ -50,12 +50,12 @@ var _ = Describe("(g) Nothing shrinks after binding", func() {
 
 		l := getLease(tenant.Namespace, "l")
 		l.Spec.MinimumDuration = "36h"
-		expectWebhookDenial(tenant.Client.Update(ctx, l), leaseWebhook, "lease.floor")
+		harness.ExpectWebhookDenial(tenant.Client.Update(ctx, l), leaseWebhook, "lease.floor")
 
 		l = getLease(tenant.Namespace, "l")
 		l.Status.EarliestReleaseAt.Time = l.Status.EarliestReleaseAt.Add(-time.Hour)
 		err = admin.Status().Update(ctx, l)
-		expectWebhookDenial(err, leaseWebhook, "lease.floor")
+		harness.ExpectWebhookDenial(err, leaseWebhook, "lease.floor")
 		Expect(err.Error()).To(ContainSubstring("status.earliestReleaseAt cannot move earlier"))
 
 		l = getLease(tenant.Namespace, "l")
@@ -79,7 +79,7 @@ var _ = Describe("(a) Two live instances per lease", func() {
 		Eventually(func() error {
 			return tenant.Client.Create(ctx, newInstance(tenant.Namespace, "ci-3", "l"), client.DryRunAll)
 		}).Should(MatchError(ContainSubstring("instance.cap:")))
-		expectWebhookDenial(tenant.Client.Create(ctx, newInstance(tenant.Namespace, "ci-3", "l")), instanceWebhook, "instance.cap")
+		harness.ExpectWebhookDenial(tenant.Client.Create(ctx, newInstance(tenant.Namespace, "ci-3", "l")), instanceWebhook, "instance.cap")
 
 		// The host agent (played here by the administrator) reports ci-2
 		// Stopping: still live, still counted.
@@ -130,12 +130,12 @@ var _ = Describe("(b) Tenant B", func() {
 		// Status belongs to the operator: RBAC refuses B's writes.
 		l := getLease(b.Namespace, "build")
 		l.Status.EarliestReleaseAt = l.Status.BoundAt
-		expectRBACDenial(b.Client.Status().Update(ctx, l), "macnodeleases/status")
+		harness.ExpectRBACDenial(b.Client.Status().Update(ctx, l), "update", "macnodeleases/status")
 		Expect(b.Client.Create(ctx, newInstance(b.Namespace, "ci-1", "build"))).To(Succeed(), "positive control: an instance in a Bound lease")
 		i := &computev1alpha1.MacOSInstance{}
 		Expect(b.Client.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: "ci-1"}, i)).To(Succeed())
 		i.Status.NodeName = aNode
-		expectRBACDenial(b.Client.Status().Update(ctx, i), "macosinstances/status")
+		harness.ExpectRBACDenial(b.Client.Status().Update(ctx, i), "update", "macosinstances/status")
 		l = getLease(b.Namespace, "build")
 		l.Labels = map[string]string{"team": "ios"}
 		Expect(b.Client.Update(ctx, l)).To(Succeed(), "positive control: B may edit its lease")
@@ -147,7 +147,7 @@ var _ = Describe("(b) Tenant B", func() {
 		Eventually(func() error { // a dry run, as above
 			return b.Client.Create(ctx, newInstance(b.Namespace, "ci-2", "build"), client.DryRunAll)
 		}).Should(MatchError(ContainSubstring("instance.tenant:")))
-		expectWebhookDenial(b.Client.Create(ctx, newInstance(b.Namespace, "ci-2", "build")), instanceWebhook, "instance.tenant")
+		harness.ExpectWebhookDenial(b.Client.Create(ctx, newInstance(b.Namespace, "ci-2", "build")), instanceWebhook, "instance.tenant")
 	})
 })
 
@@ -180,7 +180,7 @@ var _ = Describe("(c) A delete at +3h", func() {
 		held = getLease(tenant.Namespace, "l")
 		held.Finalizers = []string{"example.com/backup"}
 		err = tenant.Client.Update(ctx, held)
-		expectWebhookDenial(err, leaseWebhook, "lease.release")
+		harness.ExpectWebhookDenial(err, leaseWebhook, "lease.release")
 
 		held = getLease(tenant.Namespace, "l")
 		held.Finalizers = []string{leasingv1alpha1.Finalizer}
