@@ -112,6 +112,8 @@ type scope struct {
 	pendingReason, pendingMessage string
 	// awaiting counts instances still waiting for their disk wipe.
 	awaiting int
+	// refusal is a policy's answer to this pass's release, if it refused.
+	refusal string
 }
 
 // Reconcile moves one lease through Pending, Bound, Held and Released.

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
@@ -243,7 +245,11 @@ func (r *Reconciler) release(ctx context.Context, s *scope) (ctrl.Result, error)
 			for _, v := range d.Violations {
 				log.Info("Release refused by policy", "rule", v.Rule, "code", v.Code, "revision", d.Revision)
 			}
-			return ctrl.Result{}, fmt.Errorf("%s refused: %s", check.what, d.Violations[0].Message)
+			// A refusal is an answer, not a failure: retrying cannot change
+			// it, and the tenant sees it in a condition. A later change to
+			// the lease or the chassis enqueues the lease again.
+			s.refusal = fmt.Sprintf("%s refused: %s", check.what, d.Violations[0].Message)
+			return ctrl.Result{}, reconcile.TerminalError(errors.New(s.refusal))
 		}
 	}
 

@@ -65,6 +65,10 @@ func (r *Reconciler) updateStatus(s *scope) {
 	switch {
 	case lease.Status.Phase == leasingv1alpha1.LeaseReleased:
 		conditions.Set(c, conditions.True(leasingv1alpha1.ConditionReleased, leasingv1alpha1.ReasonReleased, "the chassis went back to the pool"), gen, now)
+	case s.refusal != "":
+		if conditions.Set(c, conditions.False(leasingv1alpha1.ConditionReleased, leasingv1alpha1.ReasonPolicyDenied, s.refusal), gen, now) {
+			r.Recorder.Eventf(lease, nil, corev1.EventTypeWarning, "ReleaseRefused", "Release", "%s", s.refusal)
+		}
 	case s.awaiting > 0:
 		conditions.Set(c, conditions.False(leasingv1alpha1.ConditionReleased, leasingv1alpha1.ReasonAwaitingDiskWipe,
 			fmt.Sprintf("%d instance(s) wait for the host agent to stop them and wipe their disks; the chassis stays out of the pool until then", s.awaiting)), gen, now)
