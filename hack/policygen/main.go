@@ -81,7 +81,7 @@ func run(root string) error {
 		"The settings the operator renders its policies with, as it records them. No ValidatingAdmissionPolicy reads it:\nthe settings are written into each policy. The operator applies both with its own settings.", params); err != nil {
 		return err
 	}
-	aps, err := engine.AdmissionPolicies(policy.DefaultParamsNamespace, defaults)
+	aps, err := engine.AdmissionPolicies(defaults)
 	if err != nil {
 		return err
 	}

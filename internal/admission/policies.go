@@ -97,7 +97,7 @@ func (a *PolicyApplier) SetupWithManager(mgr ctrl.Manager) error {
 // configurations.
 func (a *PolicyApplier) desired() ([]*unstructured.Unstructured, error) {
 	objs := []runtime.Object{policy.ParamsConfigMap(a.Namespace, a.Params)}
-	aps, err := a.Engine.AdmissionPolicies(a.Namespace, a.Params)
+	aps, err := a.Engine.AdmissionPolicies(a.Params)
 	if err != nil {
 		return nil, err
 	}

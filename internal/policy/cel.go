@@ -8,7 +8,6 @@ import (
 
 	celtypes "github.com/google/cel-go/common/types"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -169,16 +168,13 @@ func containsOrStar(list []string, v string) bool {
 // validating plugin's Validate, except that message expressions are
 // evaluated only when a validation denies: the answer is the same, and an
 // admitted request costs half as much.
-func (r *celRule) eval(ctx context.Context, in *Input, params runtime.Object) outcome {
+func (r *celRule) eval(ctx context.Context, in *Input) outcome {
 	var obj, old runtime.Object
 	if in.Object != nil {
 		obj = &unstructured.Unstructured{Object: in.Object}
 	}
 	if in.OldObject != nil {
 		old = &unstructured.Unstructured{Object: in.OldObject}
-	}
-	if !r.file.Params {
-		params = nil
 	}
 	vap, err := r.compiledFor(in.Params)
 	if err != nil {
@@ -192,7 +188,7 @@ func (r *celRule) eval(ctx context.Context, in *Input, params runtime.Object) ou
 		VersionedObject: admission.NewLazyObject(obj), VersionedOldObject: admission.NewLazyObject(old)}
 
 	if vap.matcher != nil {
-		m := vap.matcher.Match(ctx, versioned, params, nil)
+		m := vap.matcher.Match(ctx, versioned, nil, nil)
 		if m.Error != nil {
 			return outcome{errs: []string{m.Error.Error()}}
 		}
@@ -202,7 +198,7 @@ func (r *celRule) eval(ctx context.Context, in *Input, params runtime.Object) ou
 	}
 	request := plugincel.CreateAdmissionRequest(attrs, metav1.GroupVersionResource(req.Resource), metav1.GroupVersionKind(req.Kind))
 	results, remaining, err := vap.validations.ForInput(ctx, versioned, request,
-		plugincel.OptionalVariableBindings{VersionedParams: params}, nil, celconfig.RuntimeCELCostBudget)
+		plugincel.OptionalVariableBindings{}, nil, celconfig.RuntimeCELCostBudget)
 	if err != nil {
 		return outcome{errs: []string{err.Error()}}
 	}
@@ -218,7 +214,7 @@ func (r *celRule) eval(ctx context.Context, in *Input, params runtime.Object) ou
 	}
 	if len(denied) > 0 {
 		messages, _, _ := vap.messages.ForInput(ctx, versioned, request,
-			plugincel.OptionalVariableBindings{VersionedParams: params}, nil, remaining)
+			plugincel.OptionalVariableBindings{}, nil, remaining)
 		for _, i := range denied {
 			v := r.file.Validations[i]
 			msg := v.Message
@@ -237,20 +233,4 @@ func (r *celRule) eval(ctx context.Context, in *Input, params runtime.Object) ou
 		out.errs = append(out.errs, err.Error())
 	}
 	return out
-}
-
-// paramsObject is the params ConfigMap the in-process twin receives. It is
-// typed, as the API server's informer would hold it: the API server's CEL
-// reads a typed object lazily, field by field, where an unstructured one is
-// converted whole through JSON on every evaluation.
-func paramsObject(p Params) runtime.Object {
-	data := map[string]string{}
-	for k, v := range p.Data() {
-		data[k], _ = v.(string)
-	}
-	return &corev1.ConfigMap{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: metav1.ObjectMeta{Name: ParamsConfigMapName, Namespace: DefaultParamsNamespace},
-		Data:       data,
-	}
 }

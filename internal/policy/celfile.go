@@ -18,7 +18,6 @@ import (
 type celFile struct {
 	ID               string                                   `json:"id"`
 	Kinds            []string                                 `json:"kinds"`
-	Params           bool                                     `json:"params,omitempty"`
 	Settings         []string                                 `json:"settings,omitempty"`
 	Reason           metav1.StatusReason                      `json:"reason,omitempty"`
 	MatchConstraints admissionregistrationv1.MatchResources   `json:"matchConstraints"`
@@ -38,9 +37,11 @@ type celValidation struct {
 
 // Names of the generated objects.
 const (
-	// ParamsConfigMapName is the ConfigMap whose data the VAPs receive as params.
+	// ParamsConfigMapName is the ConfigMap that records the settings the
+	// operator rendered its policies with. No policy reads it.
 	ParamsConfigMapName = "macrack-policy-params"
-	// DefaultParamsNamespace is where the generated bindings look for it.
+	// DefaultParamsNamespace is where it lives by default (the operator's
+	// namespace).
 	DefaultParamsNamespace = "macrack-system"
 	// RuleLabel names, on a generated VAP, the rule it deploys.
 	RuleLabel = "macrack.io/rule"
@@ -162,16 +163,13 @@ func (f *celFile) vap(revision string) *admissionregistrationv1.ValidatingAdmiss
 			Validations:      validations,
 		},
 	}
-	if f.Params {
-		p.Spec.ParamKind = &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"}
-	}
 	return p
 }
 
-// binding renders the policy's binding. Params come from the ConfigMap
-// ParamsConfigMapName in paramsNamespace; a missing ConfigMap denies.
-func (f *celFile) binding(paramsNamespace string) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
-	b := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+// binding renders the policy's binding. No binding takes a param: a
+// missing param would deny every request the policy matches.
+func (f *celFile) binding() *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+	return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicyBinding"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   policyName(f.ID),
@@ -182,12 +180,4 @@ func (f *celFile) binding(paramsNamespace string) *admissionregistrationv1.Valid
 			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
 		},
 	}
-	if f.Params {
-		b.Spec.ParamRef = &admissionregistrationv1.ParamRef{
-			Name:                    ParamsConfigMapName,
-			Namespace:               paramsNamespace,
-			ParameterNotFoundAction: ptr.To(admissionregistrationv1.DenyAction),
-		}
-	}
-	return b
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/topdown"
-	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // Decision is the answer to one request.
@@ -38,9 +37,8 @@ func (d Decision) Codes() []string {
 
 // prepared is an input converted once for both engines.
 type prepared struct {
-	in     Input
-	rego   ast.Value
-	params runtime.Object
+	in   Input
+	rego ast.Value
 }
 
 func (e *Engine) prepare(in Input) (*prepared, error) {
@@ -56,8 +54,7 @@ func (e *Engine) prepare(in Input) (*prepared, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: converting for Rego: %w", ErrInput, err)
 	}
-	params, _ := e.celParams.get(in.Params, func() (runtime.Object, error) { return paramsObject(in.Params), nil })
-	return &prepared{in: in, rego: value, params: params}, nil
+	return &prepared{in: in, rego: value}, nil
 }
 
 // Decide evaluates every rule that applies to the request's kind. It fails
@@ -117,7 +114,7 @@ func (e *Engine) evalBoth(ctx context.Context, stop topdown.Cancel, r *Rule, p *
 	switch {
 	case r.cel != nil && r.cel.matches(&p.in.Request):
 		celApplies = true
-		celOut = r.cel.eval(ctx, &p.in, p.params)
+		celOut = r.cel.eval(ctx, &p.in)
 	case r.cel == nil && r.HasCEL():
 		celApplies = true
 		celOut = outcome{missing: true}

@@ -20,7 +20,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/open-policy-agent/opa/v1/ast"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 )
 
@@ -37,9 +36,6 @@ type Engine struct {
 	celFiles []*celFile
 	// input converts requests for Rego, sharing the parts that repeat.
 	input regoInput
-	// celParams holds the params ConfigMap objects the CEL twins receive,
-	// which they only read.
-	celParams boundedCache[Params, runtime.Object]
 }
 
 // Rule is one invariant and its engines.

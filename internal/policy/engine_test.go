@@ -249,7 +249,7 @@ func TestDecideIsSafeForConcurrentUse(t *testing.T) {
 
 func TestEveryCELTwinIsADeployablePolicy(t *testing.T) {
 	e := load(t, policies.FS)
-	aps, err := e.AdmissionPolicies("macrack-system", policy.Params{AgentsNamespace: "fleet-agents",
+	aps, err := e.AdmissionPolicies(policy.Params{AgentsNamespace: "fleet-agents",
 		OperatorUsername: "op", AgentTokenAudiences: "https://a.example, https://b.example"})
 	if err != nil {
 		t.Fatal(err)

@@ -15,23 +15,23 @@ type AdmissionPolicy struct {
 }
 
 // AdmissionPolicies renders every CEL twin as a ValidatingAdmissionPolicy and
-// its binding, with p's settings written in; a twin with params reads them
-// from ParamsConfigMapName in paramsNamespace. The in-process engine
-// compiles these same policies. The operator applies them at start-up, since
-// an OLM bundle cannot carry them.
-func (e *Engine) AdmissionPolicies(paramsNamespace string, p Params) ([]AdmissionPolicy, error) {
+// its binding, with p's settings written in. The in-process engine compiles
+// these same policies. The operator applies them, since an OLM bundle
+// cannot carry them.
+func (e *Engine) AdmissionPolicies(p Params) ([]AdmissionPolicy, error) {
 	out := make([]AdmissionPolicy, 0, len(e.celFiles))
 	for _, f := range e.celFiles {
 		rf, err := f.rendered(p)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, AdmissionPolicy{Rule: f.ID, Policy: rf.vap(e.revision), Binding: f.binding(paramsNamespace)})
+		out = append(out, AdmissionPolicy{Rule: f.ID, Policy: rf.vap(e.revision), Binding: f.binding()})
 	}
 	return out, nil
 }
 
-// ParamsConfigMap is the ConfigMap the policies read as params.
+// ParamsConfigMap records the settings the policies were rendered with, for
+// reviewers and `kubectl get`; no policy reads it.
 func ParamsConfigMap(namespace string, p Params) *corev1.ConfigMap {
 	data := map[string]string{}
 	for k, v := range p.Data() {

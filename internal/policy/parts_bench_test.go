@@ -69,7 +69,7 @@ func benchEngines(b *testing.B, r *Rule, p *prepared) {
 	})
 	b.Run("cel", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			r.cel.eval(ctx, &p.in, p.params)
+			r.cel.eval(ctx, &p.in)
 		}
 	})
 }

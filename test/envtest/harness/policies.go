@@ -23,7 +23,7 @@ func InstallAdmissionPolicies(ctx context.Context, c client.Client, e *policy.En
 	if err := c.Create(ctx, policy.ParamsConfigMap(namespace, params)); err != nil {
 		return fmt.Errorf("creating params: %w", err)
 	}
-	aps, err := e.AdmissionPolicies(namespace, params)
+	aps, err := e.AdmissionPolicies(params)
 	if err != nil {
 		return err
 	}
