@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 )
 
@@ -31,7 +32,7 @@ const FieldOwner = "macrack-operator"
 
 // SerialAnnotation records, on every object the applier writes, the serial
 // of the bundle it came from.
-const SerialAnnotation = "macrack.io/policy-serial"
+const SerialAnnotation = fleetv1alpha1.PolicySerialAnnotation
 
 // partOf selects the objects MacRack installs.
 const partOf = "app.kubernetes.io/part-of"

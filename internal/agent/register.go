@@ -21,12 +21,12 @@ import (
 // Labels and taints the agent sets when it creates its Node. The operator
 // owns macrack.io/ taints and the tenant label afterwards.
 const (
-	SerialLabel = "macrack.io/serial"
-	ClassLabel  = "macrack.io/class"
-	UnleasedKey = "macrack.io/unleased"
+	SerialLabel = fleetv1alpha1.SerialLabel
+	ClassLabel  = fleetv1alpha1.ClassLabel
+	UnleasedKey = fleetv1alpha1.UnleasedTaint
 	// VMResource is the Node's capacity in macOS VMs: the class's
 	// vmCapacity, never above the kernel's two.
-	VMResource corev1.ResourceName = "macrack.io/macos-vm"
+	VMResource = fleetv1alpha1.VMResource
 )
 
 // Register creates the chassis' Node, or adopts the one that exists: an

@@ -75,7 +75,7 @@ func Enroll(ctx context.Context, c client.Client, cfg *rest.Config, o Options) (
 		}
 	}
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: fleetv1alpha1.AgentServiceAccountPrefix + name, Namespace: o.AgentsNamespace,
-		Labels: map[string]string{"app.kubernetes.io/part-of": "macrack", "macrack.io/serial": o.Serial}}}
+		Labels: map[string]string{"app.kubernetes.io/part-of": "macrack", fleetv1alpha1.SerialLabel: o.Serial}}}
 	if err := c.Create(ctx, sa); client.IgnoreAlreadyExists(err) != nil {
 		return nil, fmt.Errorf("creating ServiceAccount %s/%s: %w", sa.Namespace, sa.Name, err)
 	}
@@ -122,7 +122,7 @@ func AgentBindings(mn *fleetv1alpha1.MacNode, agentsNamespace string) []client.O
 	name := "macrack-agent-" + mn.Name
 	meta := func(namespace string) metav1.ObjectMeta {
 		return metav1.ObjectMeta{Name: name, Namespace: namespace,
-			Labels: map[string]string{"app.kubernetes.io/part-of": "macrack", "macrack.io/serial": mn.Spec.Serial},
+			Labels: map[string]string{"app.kubernetes.io/part-of": "macrack", fleetv1alpha1.SerialLabel: mn.Spec.Serial},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: fleetv1alpha1.GroupVersion.String(), Kind: "MacNode",
 				Name: mn.Name, UID: mn.UID}}}
 	}

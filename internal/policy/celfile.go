@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
+
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 )
 
 // celFile is one <area>/<rule>.cel.yaml: the CEL twin of a Rego rule, in the
@@ -44,9 +46,9 @@ const (
 	// namespace).
 	DefaultParamsNamespace = "macrack-system"
 	// RuleLabel names, on a generated VAP, the rule it deploys.
-	RuleLabel = "macrack.io/rule"
+	RuleLabel = fleetv1alpha1.PolicyRuleLabel
 	// RevisionAnnotation records the bundle revision a VAP came from.
-	RevisionAnnotation = "macrack.io/policy-revision"
+	RevisionAnnotation = fleetv1alpha1.PolicyRevisionAnnotation
 )
 
 func parseCELFile(path string, data []byte) (*celFile, error) {

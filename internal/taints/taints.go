@@ -7,16 +7,18 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 )
 
-// Keys and labels the operator owns on Nodes.
+// Keys and labels the operator owns on Nodes (defined in api/fleet/v1alpha1).
 const (
-	Prefix      = "macrack.io/"
-	UnleasedKey = "macrack.io/unleased"
-	LeasedKey   = "macrack.io/leased"
-	TenantLabel = "macrack.io/tenant"
-	SerialLabel = "macrack.io/serial"
-	ClassLabel  = "macrack.io/class"
+	Prefix      = fleetv1alpha1.Prefix
+	UnleasedKey = fleetv1alpha1.UnleasedTaint
+	LeasedKey   = fleetv1alpha1.LeasedTaint
+	TenantLabel = fleetv1alpha1.TenantLabel
+	SerialLabel = fleetv1alpha1.SerialLabel
+	ClassLabel  = fleetv1alpha1.ClassLabel
 )
 
 // Desired is the macrack.io/ taint set for a node: unleased when tenant is

@@ -46,11 +46,11 @@ import (
 // Placeholder pods and their labels.
 const (
 	// VMResource is the extended resource one macOS VM takes on a Node.
-	VMResource corev1.ResourceName = "macrack.io/macos-vm"
+	VMResource = fleetv1alpha1.VMResource
 	// InstanceUIDLabel names, on a placeholder Pod, the instance it stands for.
-	InstanceUIDLabel = "macrack.io/instance-uid"
+	InstanceUIDLabel = fleetv1alpha1.InstanceUIDLabel
 	// PlaceholderLabel marks the operator's placeholder Pods.
-	PlaceholderLabel = "macrack.io/placeholder"
+	PlaceholderLabel = fleetv1alpha1.PlaceholderLabel
 	// PlaceholderImage is never pulled: no kubelet runs these Pods.
 	PlaceholderImage = "registry.k8s.io/pause:3.10"
 )
@@ -380,7 +380,7 @@ func placeholder(namespace, node string, inst *computev1alpha1.MacOSInstance) *c
 			Namespace: namespace,
 			Labels:    map[string]string{PlaceholderLabel: "true", InstanceUIDLabel: string(inst.UID)},
 			Annotations: map[string]string{
-				"macrack.io/instance": inst.Namespace + "/" + inst.Name,
+				fleetv1alpha1.InstanceAnnotation: inst.Namespace + "/" + inst.Name,
 			},
 		},
 		Spec: corev1.PodSpec{

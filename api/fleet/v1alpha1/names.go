@@ -1,0 +1,42 @@
+package v1alpha1
+
+import corev1 "k8s.io/api/core/v1"
+
+// Every macrack.io/ name MacRack writes on objects that are not its own
+// kinds, defined once. The rules in policies/ spell the same strings.
+const (
+	// Prefix is the domain of every taint and label below.
+	Prefix = "macrack.io/"
+
+	// UnleasedTaint marks a Node whose chassis is in the pool.
+	UnleasedTaint = "macrack.io/unleased"
+	// LeasedTaint, with the tenant's namespace as its value, marks a leased
+	// Node.
+	LeasedTaint = "macrack.io/leased"
+
+	// TenantLabel names, on a leased Node, the tenant's namespace.
+	TenantLabel = "macrack.io/tenant"
+	// SerialLabel carries the chassis' serial, on its Node and its agent's
+	// ServiceAccount and bindings.
+	SerialLabel = "macrack.io/serial"
+	// ClassLabel carries the chassis' MacNodeClass, on its Node.
+	ClassLabel = "macrack.io/class"
+
+	// VMResource is the Node's capacity in macOS VMs: the class's
+	// vmCapacity, never above KernelVMLimit.
+	VMResource corev1.ResourceName = "macrack.io/macos-vm"
+
+	// PlaceholderLabel marks the operator's placeholder Pods.
+	PlaceholderLabel = "macrack.io/placeholder"
+	// InstanceUIDLabel names, on a placeholder Pod, the instance it stands
+	// for; InstanceAnnotation gives its namespace/name.
+	InstanceUIDLabel   = "macrack.io/instance-uid"
+	InstanceAnnotation = "macrack.io/instance"
+
+	// PolicyRuleLabel names, on a generated ValidatingAdmissionPolicy, the
+	// rule it deploys; PolicyRevisionAnnotation and PolicySerialAnnotation
+	// the bundle it came from.
+	PolicyRuleLabel          = "macrack.io/rule"
+	PolicyRevisionAnnotation = "macrack.io/policy-revision"
+	PolicySerialAnnotation   = "macrack.io/policy-serial"
+)
