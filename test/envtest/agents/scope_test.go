@@ -36,8 +36,7 @@ func agentClient(node string) client.Client {
 	for _, b := range enroll.AgentBindings(macNode(node), agentsNamespace) {
 		Expect(client.IgnoreAlreadyExists(admin.Create(ctx, b))).To(Succeed())
 	}
-	c, err := env.ClientAs(fmt.Sprintf("system:serviceaccount:%s:%s", agentsNamespace, sa.Name),
-		"system:serviceaccounts", "system:serviceaccounts:"+agentsNamespace)
+	c, err := env.ClientAsServiceAccount(agentsNamespace, sa.Name)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(harness.WaitAllowed(ctx, c, authorizationv1.ResourceAttributes{Verb: "create", Namespace: agent.HeartbeatNamespace,
 		Group: "coordination.k8s.io", Resource: "leases"})).To(Succeed())

@@ -124,6 +124,13 @@ func WaitAllowed(ctx context.Context, c client.Client, attrs authorizationv1.Res
 	})
 }
 
+// ClientAsServiceAccount impersonates ServiceAccount name of namespace,
+// with the groups the API server gives a ServiceAccount token.
+func (e *Env) ClientAsServiceAccount(namespace, name string) (client.Client, error) {
+	return e.ClientAs(fmt.Sprintf("system:serviceaccount:%s:%s", namespace, name),
+		"system:serviceaccounts", "system:serviceaccounts:"+namespace)
+}
+
 // ClientAs returns a client that impersonates user, in groups.
 func (e *Env) ClientAs(user string, groups ...string) (client.Client, error) {
 	cfg := rest.CopyConfig(e.Config)

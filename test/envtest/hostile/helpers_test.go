@@ -2,7 +2,6 @@ package hostile
 
 import (
 	"encoding/json"
-	"fmt"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -23,12 +22,10 @@ import (
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 )
 
-// serviceAccountClient impersonates ServiceAccount name of namespace, with
-// the groups the API server gives a ServiceAccount token.
+// serviceAccountClient impersonates ServiceAccount name of namespace.
 func serviceAccountClient(namespace, name string) client.Client {
 	GinkgoHelper()
-	c, err := env.ClientAs(fmt.Sprintf("system:serviceaccount:%s:%s", namespace, name),
-		"system:serviceaccounts", "system:serviceaccounts:"+namespace)
+	c, err := env.ClientAsServiceAccount(namespace, name)
 	Expect(err).NotTo(HaveOccurred())
 	return c
 }
