@@ -111,14 +111,14 @@ func (r *Instances) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	if !inst.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.teardown(ctx, log, inst)
 	}
-	if !controllerutil.ContainsFinalizer(inst, computev1alpha1.DiskWipeFinalizer) {
+	if !controllerutil.ContainsFinalizer(inst, fleetv1alpha1.DiskWipeFinalizer) {
 		// A patch of the finalizers alone: the tenant's spec is never sent
 		// back, so never rewritten (8192Mi stays 8192Mi, which agent.scope
 		// would refuse as a spec change if it came back as 8Gi).
-		finalizers := append(slices.Clone(inst.Finalizers), computev1alpha1.DiskWipeFinalizer)
+		finalizers := append(slices.Clone(inst.Finalizers), fleetv1alpha1.DiskWipeFinalizer)
 		if err := r.patchFinalizers(ctx, inst, finalizers); err != nil {
 			return ctrl.Result{}, r.refused(ctx, log, inst, computev1alpha1.VMFailed,
-				"adding the "+computev1alpha1.DiskWipeFinalizer+" finalizer", err)
+				"adding the "+fleetv1alpha1.DiskWipeFinalizer+" finalizer", err)
 		}
 	}
 
@@ -241,7 +241,7 @@ func (r *Instances) stop(ctx context.Context, uid string) error {
 
 // teardown stops the VM, wipes its disk, and only then lets the instance go.
 func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *computev1alpha1.MacOSInstance) error {
-	if !controllerutil.ContainsFinalizer(inst, computev1alpha1.DiskWipeFinalizer) {
+	if !controllerutil.ContainsFinalizer(inst, fleetv1alpha1.DiskWipeFinalizer) {
 		return nil
 	}
 	uid := string(inst.UID)
@@ -264,13 +264,13 @@ func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *compute
 			return client.IgnoreNotFound(fmt.Errorf("recording the wipe of %s: %w", uid, err))
 		}
 	}
-	finalizers := slices.DeleteFunc(slices.Clone(inst.Finalizers), func(f string) bool { return f == computev1alpha1.DiskWipeFinalizer })
+	finalizers := slices.DeleteFunc(slices.Clone(inst.Finalizers), func(f string) bool { return f == fleetv1alpha1.DiskWipeFinalizer })
 	if err := r.patchFinalizers(ctx, inst, finalizers); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return r.refused(ctx, log, inst, computev1alpha1.VMStopped,
-			"removing the "+computev1alpha1.DiskWipeFinalizer+" finalizer after the wipe", err)
+			"removing the "+fleetv1alpha1.DiskWipeFinalizer+" finalizer after the wipe", err)
 	}
 	log.Info("Instance wiped and released", "MacOSInstance", client.ObjectKeyFromObject(inst))
 	return nil

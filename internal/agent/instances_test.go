@@ -246,8 +246,8 @@ func keys(t *testing.T, raw json.RawMessage) []string {
 func TestTheAgentWritesAnInstanceOnlyWithFinalizerPatches(t *testing.T) {
 	rg := newRig(t, "ci-1")
 	rg.run("ci-1")
-	if got := rg.instance("ci-1").Finalizers; len(got) != 1 || got[0] != computev1alpha1.DiskWipeFinalizer {
-		t.Fatalf("finalizers %v, want [%s]", got, computev1alpha1.DiskWipeFinalizer)
+	if got := rg.instance("ci-1").Finalizers; len(got) != 1 || got[0] != fleetv1alpha1.DiskWipeFinalizer {
+		t.Fatalf("finalizers %v, want [%s]", got, fleetv1alpha1.DiskWipeFinalizer)
 	}
 	// And through its deletion, which the agent lets go after the wipe.
 	if err := rg.c.Delete(context.Background(), rg.instance("ci-1")); err != nil {
@@ -284,7 +284,7 @@ func TestTheAgentWritesAnInstanceOnlyWithFinalizerPatches(t *testing.T) {
 		finalizerPatches++
 	}
 	if finalizerPatches != 2 {
-		t.Errorf("%d finalizer patches, want 2: one adds %s, one removes it", finalizerPatches, computev1alpha1.DiskWipeFinalizer)
+		t.Errorf("%d finalizer patches, want 2: one adds %s, one removes it", finalizerPatches, fleetv1alpha1.DiskWipeFinalizer)
 	}
 }
 
@@ -386,7 +386,7 @@ func TestTheFinalizerPatchHoldsTheFinalizersAndTheResourceVersionAlone(t *testin
 		finalizers []string
 		want       string
 	}{
-		{[]string{"example.com/other", computev1alpha1.DiskWipeFinalizer},
+		{[]string{"example.com/other", fleetv1alpha1.DiskWipeFinalizer},
 			`{"metadata":{"finalizers":["example.com/other","macrack.io/disk-wipe"],"resourceVersion":"42"}}`},
 		// The last finalizer off: an empty list, said outright.
 		{nil, `{"metadata":{"finalizers":[],"resourceVersion":"42"}}`},

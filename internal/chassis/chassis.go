@@ -41,7 +41,7 @@ func DeleteInstances(ctx context.Context, c client.Client, namespace, name strin
 				return 0, fmt.Errorf("deleting instance %s/%s: %w", inst.Namespace, inst.Name, err)
 			}
 		}
-		if controllerutil.ContainsFinalizer(inst, computev1alpha1.DiskWipeFinalizer) {
+		if controllerutil.ContainsFinalizer(inst, fleetv1alpha1.DiskWipeFinalizer) {
 			awaiting++
 		}
 	}

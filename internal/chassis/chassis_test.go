@@ -57,8 +57,8 @@ func TestOnlyInstancesAwaitingTheirWipeHoldTheChassis(t *testing.T) {
 		}
 	}
 	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
-		inst("running", computev1alpha1.DiskWipeFinalizer),
-		inst("running-and-kept", computev1alpha1.DiskWipeFinalizer, "example.com/keep"),
+		inst("running", fleetv1alpha1.DiskWipeFinalizer),
+		inst("running-and-kept", fleetv1alpha1.DiskWipeFinalizer, "example.com/keep"),
 		inst("wiped-but-kept", "example.com/keep"),
 	)
 	for _, ix := range index.Definitions() {
@@ -70,7 +70,7 @@ func TestOnlyInstancesAwaitingTheirWipeHoldTheChassis(t *testing.T) {
 		t.Fatal(err)
 	}
 	if awaiting != 2 {
-		t.Fatalf("want the two instances that still carry %s to hold the chassis, got %d", computev1alpha1.DiskWipeFinalizer, awaiting)
+		t.Fatalf("want the two instances that still carry %s to hold the chassis, got %d", fleetv1alpha1.DiskWipeFinalizer, awaiting)
 	}
 	kept := &computev1alpha1.MacOSInstance{}
 	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "t", Name: "wiped-but-kept"}, kept); err != nil || kept.DeletionTimestamp.IsZero() {

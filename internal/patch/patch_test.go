@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 )
 
@@ -18,7 +19,7 @@ func TestPatchWritesStatusFirstAndOnlyWhatChanged(t *testing.T) {
 	scheme := runtime.NewScheme()
 	_ = leasingv1alpha1.AddToScheme(scheme)
 	lease := &leasingv1alpha1.MacNodeLease{
-		ObjectMeta: metav1.ObjectMeta{Name: "l1", Namespace: "t", Finalizers: []string{leasingv1alpha1.Finalizer}},
+		ObjectMeta: metav1.ObjectMeta{Name: "l1", Namespace: "t", Finalizers: []string{fleetv1alpha1.LeaseFinalizer}},
 		Spec:       leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: "m4", MinimumDuration: "24h"},
 	}
 	var calls []string
@@ -65,7 +66,7 @@ func TestAFailedStatusPatchNeverHoldsBackTheFinalizer(t *testing.T) {
 	scheme := runtime.NewScheme()
 	_ = leasingv1alpha1.AddToScheme(scheme)
 	lease := &leasingv1alpha1.MacNodeLease{
-		ObjectMeta: metav1.ObjectMeta{Name: "l1", Namespace: "t", Finalizers: []string{leasingv1alpha1.Finalizer, "example.com/keep"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "l1", Namespace: "t", Finalizers: []string{fleetv1alpha1.LeaseFinalizer, "example.com/keep"}},
 		Spec:       leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: "nope", MinimumDuration: "24h"},
 	}
 	refused := errors.New("status refused")

@@ -16,7 +16,3 @@ const (
 	ReasonLeaseNotBound    = "LeaseNotBound"
 	ReasonPolicyDenied     = "PolicyDenied"
 )
-
-// DiskWipeFinalizer is the host agent's finalizer on an instance: it comes off
-// only after the instance disk is wiped.
-const DiskWipeFinalizer = "macrack.io/disk-wipe"

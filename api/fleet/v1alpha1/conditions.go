@@ -35,4 +35,13 @@ const (
 	ReasonQuotaStuck         = "QuotaStuck"
 	ReasonQuotaOK            = "QuotaOK"
 	ReasonAwaitingCompliance = "AwaitingCompliance"
+	ReasonRetired            = "Retired"
+	// ReasonDiskLeftUnwiped (an Event): the operator let an instance of a
+	// retired chassis go without its disk wiped.
+	ReasonDiskLeftUnwiped = "DiskLeftUnwiped"
+	// ReasonVMReaped and ReasonDiskReaped (the agent's Events): a VM that
+	// holds no slot was stopped; the disk of an instance that is gone was
+	// wiped.
+	ReasonVMReaped   = "VMReaped"
+	ReasonDiskReaped = "DiskReaped"
 )

@@ -30,6 +30,7 @@ const (
 
 // MacNodeSpec names one physical chassis.
 // +kubebuilder:validation:XValidation:rule="self.serial == oldSelf.serial",message="serial is immutable",fieldPath=".serial"
+// +kubebuilder:validation:XValidation:rule="!oldSelf.?retired.orValue(false) || self.?retired.orValue(false)",message="a retired chassis stays retired: enrol its replacement under its own serial",fieldPath=".retired"
 type MacNodeSpec struct {
 	// serial is the chassis serial as Apple prints it, for example C02XL0GHJGH5.
 	// It is immutable. The MacNode and its Node are named after it in lower case.
@@ -42,6 +43,15 @@ type MacNodeSpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	NodeClassName string `json:"nodeClassName"`
+
+	// retired takes the chassis out of service for good, for example
+	// because its Mac is dead. It cannot be undone. A retired chassis is
+	// never leased again; the operator lets go of its instances without
+	// their disks wiped, and records each unwiped disk in
+	// status.unwipedDisks, so that a dead Mac does not hold its tenant's
+	// namespace forever.
+	// +optional
+	Retired bool `json:"retired,omitempty"`
 }
 
 // QuotaStateName is the host agent's view of the kernel VM quota.
@@ -112,9 +122,67 @@ type ReportedFacts struct {
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=64
 	Images []string `json:"images,omitempty"`
+	// inventory is what the chassis holds of its tenants: its VMs and its
+	// instance disks. The operator returns the chassis to the pool only when
+	// the inventory is reported, and empty.
+	// +optional
+	Inventory *HostInventory `json:"inventory,omitempty"`
 	// agentVersion is the host agent's version.
 	// +optional
 	AgentVersion string `json:"agentVersion,omitempty"`
+}
+
+// HostInventory is what the host agent finds on the chassis: a VM for
+// each VM helper it runs, and a disk for each instance directory. It lists
+// what exists, whether or not an instance object still names it.
+type HostInventory struct {
+	// vms are the VMs on the chassis, by the UID of their instance.
+	// +optional
+	// +listType=map
+	// +listMapKey=uid
+	// +kubebuilder:validation:MaxItems=16
+	VMs []HostVM `json:"vms,omitempty"`
+	// disks are the UIDs of the instances whose disk is on the chassis.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	Disks []types.UID `json:"disks,omitempty"`
+	// observedAt is when the agent looked.
+	// +required
+	ObservedAt metav1.Time `json:"observedAt"`
+}
+
+// HostVM is one VM on the chassis.
+type HostVM struct {
+	// uid of the instance the VM was started for.
+	// +required
+	UID types.UID `json:"uid"`
+	// state is the VM's own state, as its helper reports it, or Unknown
+	// when the helper does not answer.
+	// +required
+	// +kubebuilder:validation:MaxLength=32
+	State string `json:"state"`
+}
+
+// Empty reports whether the inventory holds no VM and no disk.
+func (i *HostInventory) Empty() bool { return i != nil && len(i.VMs) == 0 && len(i.Disks) == 0 }
+
+// UnwipedDisk is an instance disk the operator let go without a wipe,
+// because its chassis was retired: its SSD must be destroyed, not reused.
+type UnwipedDisk struct {
+	// +required
+	Namespace string `json:"namespace"`
+	// +required
+	Name string `json:"name"`
+	// +required
+	UID types.UID `json:"uid"`
+	// leaseName is the lease the instance ran under.
+	// +optional
+	LeaseName string `json:"leaseName,omitempty"`
+	// recordedAt is when the operator removed the instance's
+	// macrack.io/disk-wipe finalizer.
+	// +required
+	RecordedAt metav1.Time `json:"recordedAt"`
 }
 
 // Binding records which lease holds the chassis. It is authoritative: the
@@ -204,6 +272,14 @@ type MacNodeStatus struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=32
 	History []LeaseRecord `json:"history,omitempty"`
+
+	// unwipedDisks are the instance disks left on this chassis unwiped,
+	// each let go by the operator once the chassis was retired. Part of the
+	// chassis' history: it is never cleared.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	UnwipedDisks []UnwipedDisk `json:"unwipedDisks,omitempty"`
 }
 
 // +kubebuilder:object:root=true
@@ -215,6 +291,7 @@ type MacNodeStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Tenant",type=string,JSONPath=`.status.binding.leaseNamespace`
 // +kubebuilder:printcolumn:name="Lease",type=string,JSONPath=`.status.binding.leaseName`
+// +kubebuilder:printcolumn:name="Retired",type=boolean,JSONPath=`.spec.retired`,priority=1
 // +kubebuilder:printcolumn:name="Release After",type=date,JSONPath=`.status.binding.earliestReleaseAt`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 

@@ -33,6 +33,13 @@ const (
 	InstanceUIDLabel   = "macrack.io/instance-uid"
 	InstanceAnnotation = "macrack.io/instance"
 
+	// DiskWipeFinalizer is the host agent's finalizer on an instance: it
+	// comes off only after the instance disk is wiped (instance.wipe).
+	DiskWipeFinalizer = "macrack.io/disk-wipe"
+	// LeaseFinalizer is the operator's finalizer on every MacNodeLease. It
+	// keeps a deleted lease, in Held, until earliestReleaseAt.
+	LeaseFinalizer = "macrack.io/lease"
+
 	// PolicyRuleLabel names, on a generated ValidatingAdmissionPolicy, the
 	// rule it deploys; PolicyRevisionAnnotation and PolicySerialAnnotation
 	// the bundle it came from.

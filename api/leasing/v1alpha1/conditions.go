@@ -21,9 +21,11 @@ const (
 	ReasonReleased         = "Released"
 	ReasonAwaitingDiskWipe = "AwaitingDiskWipe"
 	ReasonAwaitingRelease  = "AwaitingRelease"
-	ReasonNotBound         = "NotBound"
+	// ReasonChassisNotEmpty: the lease's instances are wiped, but the
+	// chassis' agent still reports a VM or an instance disk on it.
+	ReasonChassisNotEmpty = "ChassisNotEmpty"
+	// ReasonChassisRetired: the chassis was retired; the lease let go of it
+	// without its disks wiped, as its history records.
+	ReasonChassisRetired = "ChassisRetired"
+	ReasonNotBound       = "NotBound"
 )
-
-// Finalizer is the operator's finalizer on every MacNodeLease. It keeps a
-// deleted lease, in Held, until earliestReleaseAt.
-const Finalizer = "macrack.io/lease"

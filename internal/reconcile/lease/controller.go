@@ -122,7 +122,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if err := r.Client.Get(ctx, req.NamespacedName, lease); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if lease.DeletionTimestamp.IsZero() && controllerutil.AddFinalizer(lease, leasingv1alpha1.Finalizer) {
+	if lease.DeletionTimestamp.IsZero() && controllerutil.AddFinalizer(lease, fleetv1alpha1.LeaseFinalizer) {
 		if err := r.Client.Update(ctx, lease); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding finalizer to MacNodeLease %s: %w", req, err)
 		}

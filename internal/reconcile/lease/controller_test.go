@@ -189,7 +189,7 @@ func TestADeleteBeforeEarliestReleaseHoldsAndRequeuesAtIt(t *testing.T) {
 }
 
 func TestReleaseWaitsForTheDiskWipes(t *testing.T) {
-	inst := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: "ci-1", Namespace: "tenant-a", Finalizers: []string{computev1alpha1.DiskWipeFinalizer}},
+	inst := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: "ci-1", Namespace: "tenant-a", Finalizers: []string{fleetv1alpha1.DiskWipeFinalizer}},
 		Spec: computev1alpha1.MacOSInstanceSpec{LeaseName: "l1"}}
 	f := newFixture(t, class("m4"), readyNode("a", nil), newLease("24h"), inst)
 	f.reconcile(t)

@@ -205,7 +205,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 	lease := s.lease
 	if s.node == nil {
 		// Never bound, or released on an earlier pass.
-		controllerutil.RemoveFinalizer(lease, leasingv1alpha1.Finalizer)
+		controllerutil.RemoveFinalizer(lease, fleetv1alpha1.LeaseFinalizer)
 		return ctrl.Result{}, nil
 	}
 	era := s.node.Status.Binding.EarliestReleaseAt.Time
@@ -268,7 +268,7 @@ func (r *Reconciler) release(ctx context.Context, s *scope) (ctrl.Result, error)
 	releasedAt := freed.Status.History[len(freed.Status.History)-1].ReleasedAt
 	lease.Status.Phase = leasingv1alpha1.LeaseReleased
 	lease.Status.ReleasedAt = &releasedAt
-	controllerutil.RemoveFinalizer(lease, leasingv1alpha1.Finalizer)
+	controllerutil.RemoveFinalizer(lease, fleetv1alpha1.LeaseFinalizer)
 	s.node, s.released = nil, true
 	r.Recorder.Eventf(lease, freed, corev1.EventTypeNormal, "LeaseReleased", "Release",
 		"Released chassis %s (%s) back to the pool", freed.Spec.Serial, freed.Name)

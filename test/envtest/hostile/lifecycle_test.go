@@ -36,7 +36,7 @@ var _ = Describe("lifecycle", Ordered, ContinueOnFailure, func() {
 		Eventually(func() []string {
 			Expect(admin.Get(ctx, client.ObjectKeyFromObject(l), l)).To(Succeed())
 			return l.Finalizers
-		}).Should(ContainElement(leasingv1alpha1.Finalizer), "the operator took the lease in hand")
+		}).Should(ContainElement(fleetv1alpha1.LeaseFinalizer), "the operator took the lease in hand")
 		Eventually(func() string {
 			Expect(admin.Get(ctx, client.ObjectKeyFromObject(l), l)).To(Succeed())
 			for _, c := range l.Status.Conditions {
@@ -60,19 +60,19 @@ var _ = Describe("lifecycle", Ordered, ContinueOnFailure, func() {
 		leased := leaseOne(class)
 		inst := leased.inst.DeepCopy()
 		Expect(a.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
-			"finalizers": []any{computev1alpha1.DiskWipeFinalizer}}}))).To(Succeed(), "positive control: the agent takes the instance in hand")
+			"finalizers": []any{fleetv1alpha1.DiskWipeFinalizer}}}))).To(Succeed(), "positive control: the agent takes the instance in hand")
 
 		By("the tenant strips every finalizer")
 		harness.ExpectPolicyDenial(leased.tenant.Client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{"finalizers": nil}})), "instance.wipe")
 		Expect(leased.tenant.Client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
-			"finalizers": []any{computev1alpha1.DiskWipeFinalizer, "example.com/keep"}}}))).To(Succeed(), "positive control: the tenant's own finalizer is its own")
+			"finalizers": []any{fleetv1alpha1.DiskWipeFinalizer, "example.com/keep"}}}))).To(Succeed(), "positive control: the tenant's own finalizer is its own")
 
 		By("the agent, before the wipe is on record")
 		harness.ExpectPolicyDenial(a.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
 			"finalizers": []any{"example.com/keep"}}})), "instance.wipe")
 
 		Expect(leased.tenant.Client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
-			"finalizers": []any{computev1alpha1.DiskWipeFinalizer}}}))).To(Succeed(), "positive control: the tenant removes its own finalizer")
+			"finalizers": []any{fleetv1alpha1.DiskWipeFinalizer}}}))).To(Succeed(), "positive control: the tenant removes its own finalizer")
 
 		By("the agent, once it is")
 		Expect(a.client.Status().Patch(ctx, inst, mergePatch(map[string]any{"status": map[string]any{
@@ -123,9 +123,9 @@ var _ = Describe("lifecycle", Ordered, ContinueOnFailure, func() {
 		// its own.
 		Expect(a.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
 			"resourceVersion": inst.ResourceVersion,
-			"finalizers":      []any{computev1alpha1.DiskWipeFinalizer}}}))).To(Succeed())
+			"finalizers":      []any{fleetv1alpha1.DiskWipeFinalizer}}}))).To(Succeed())
 		Expect(leased.tenant.Client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
-			"finalizers": []any{computev1alpha1.DiskWipeFinalizer, "example.com/keep"}}}))).To(Succeed())
+			"finalizers": []any{fleetv1alpha1.DiskWipeFinalizer, "example.com/keep"}}}))).To(Succeed())
 
 		Expect(leased.tenant.Client.Delete(ctx, leased.lease.DeepCopy())).To(Succeed())
 		op.Step(25*time.Hour, leased.lease)

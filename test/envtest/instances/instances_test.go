@@ -165,7 +165,7 @@ var _ = Describe("Instances on simulated minis", Ordered, func() {
 			got := get(i)
 			Expect(got.Status.NodeName).To(Equal(bound.Status.NodeName))
 			Expect(got.Status.Runtime.XcodeVersions).To(ConsistOf("16.4"))
-			Expect(got.Finalizers).To(ContainElement(computev1alpha1.DiskWipeFinalizer))
+			Expect(got.Finalizers).To(ContainElement(fleetv1alpha1.DiskWipeFinalizer))
 			Expect(agents[bound.Status.NodeName].HelperPID(string(got.UID))).NotTo(BeZero())
 		}
 		// kubectl describe node: 2 of 2 macOS VMs allocated.
@@ -431,7 +431,7 @@ var _ = Describe("Instances on simulated minis", Ordered, func() {
 			Expect(admin.Get(ctx, client.ObjectKey{Name: tenant.Namespace}, ns)).To(Succeed())
 			return ns.Status.Conditions
 		}).Should(ContainElement(And(HaveField("Type", corev1.NamespaceFinalizersRemaining), HaveField("Status", corev1.ConditionTrue),
-			HaveField("Message", ContainSubstring(leasingv1alpha1.Finalizer)))))
+			HaveField("Message", ContainSubstring(fleetv1alpha1.LeaseFinalizer)))))
 		Consistently(func() corev1.NamespacePhase {
 			Expect(admin.Get(ctx, client.ObjectKey{Name: tenant.Namespace}, ns)).To(Succeed())
 			return ns.Status.Phase
@@ -456,7 +456,7 @@ func count(m map[string]bool) int {
 
 func hasFinalizer(i *computev1alpha1.MacOSInstance) bool {
 	for _, f := range i.Finalizers {
-		if f == computev1alpha1.DiskWipeFinalizer {
+		if f == fleetv1alpha1.DiskWipeFinalizer {
 			return true
 		}
 	}

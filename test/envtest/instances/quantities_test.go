@@ -78,7 +78,7 @@ var _ = Describe("Instances whose quantities are valid but not canonical", Order
 			"%s never ran; the agent's log says why", key.Name)
 		i := &computev1alpha1.MacOSInstance{}
 		Expect(admin.Get(ctx, key, i)).To(Succeed())
-		Expect(i.Finalizers).To(ContainElement(computev1alpha1.DiskWipeFinalizer))
+		Expect(i.Finalizers).To(ContainElement(fleetv1alpha1.DiskWipeFinalizer))
 	}
 	// remove deletes an instance and waits until the agent has wiped it.
 	remove := func(key client.ObjectKey) {
@@ -150,6 +150,6 @@ var _ = Describe("Instances whose quantities are valid but not canonical", Order
 		Expect(storedMemory(huge)).To(Equal("1000Ei"))
 		i := &computev1alpha1.MacOSInstance{}
 		Expect(admin.Get(ctx, huge, i)).To(Succeed())
-		Expect(i.Finalizers).To(ContainElement(computev1alpha1.DiskWipeFinalizer), "the agent holds the instance until it has wiped it")
+		Expect(i.Finalizers).To(ContainElement(fleetv1alpha1.DiskWipeFinalizer), "the agent holds the instance until it has wiped it")
 	})
 })

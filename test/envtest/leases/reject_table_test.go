@@ -183,7 +183,7 @@ var _ = Describe("(c) A delete at +3h", func() {
 		harness.ExpectWebhookDenial(err, leaseWebhook, "lease.release")
 
 		held = getLease(tenant.Namespace, "l")
-		held.Finalizers = []string{leasingv1alpha1.Finalizer}
+		held.Finalizers = []string{fleetv1alpha1.LeaseFinalizer}
 		Expect(tenant.Client.Update(ctx, held)).To(Succeed(), "positive control: a foreign finalizer is the tenant's to remove")
 		Consistently(leasePhase(tenant.Namespace, "l"), "1s").Should(Equal(leasingv1alpha1.LeaseHeld))
 		Expect(macNode(nodes[0]).Status.Binding.LeaseNamespace).To(Equal(tenant.Namespace))
@@ -199,7 +199,7 @@ var _ = Describe("(d) A delete at +25h", func() {
 		Eventually(leasePhase(tenant.Namespace, "l")).Should(Equal(leasingv1alpha1.LeaseBound))
 		for _, name := range []string{"ci-1", "ci-2"} {
 			inst := newInstance(tenant.Namespace, name, "l")
-			inst.Finalizers = []string{computev1alpha1.DiskWipeFinalizer} // the agent's, played by the test
+			inst.Finalizers = []string{fleetv1alpha1.DiskWipeFinalizer} // the agent's, played by the test
 			Expect(tenant.Client.Create(ctx, inst)).To(Succeed())
 		}
 
