@@ -37,12 +37,14 @@ func CreateClass(ctx context.Context, c client.Client, name string, vms int32) (
 	return class, c.Create(ctx, class)
 }
 
-// GoodFacts are the reported facts of a commercial, untampered host.
+// GoodFacts are the reported facts of a commercial, untampered host that
+// holds no VM and no instance disk.
 func GoodFacts() *fleetv1alpha1.ReportedFacts {
 	return &fleetv1alpha1.ReportedFacts{
 		Disk: ptr.To(resource.MustParse("1T")), NetworkGbps: ptr.To(int32(10)), Chip: "M4",
 		MacOSVersion: "15.5", SIPEnabled: ptr.To(true), VirtualizationEntitlement: ptr.To(true),
-		Quota: &fleetv1alpha1.QuotaReport{State: fleetv1alpha1.QuotaOK},
+		Quota:     &fleetv1alpha1.QuotaReport{State: fleetv1alpha1.QuotaOK},
+		Inventory: &fleetv1alpha1.HostInventory{ObservedAt: metav1.Now()},
 	}
 }
 

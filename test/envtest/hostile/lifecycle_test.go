@@ -6,9 +6,11 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
@@ -151,4 +153,134 @@ var _ = Describe("lifecycle", Ordered, ContinueOnFailure, func() {
 		Expect(admin.Get(ctx, client.ObjectKeyFromObject(inst), inst)).To(Succeed())
 		Expect(inst.Finalizers).To(Equal([]string{"example.com/keep"}), "the tenant's finalizer is the tenant's business")
 	})
+
+	It("returns a chassis to the pool only once its agent reports it empty, and tells the tenant what it holds", func() {
+		leased := leaseOne(class)
+		Expect(leased.lease.Status.NodeName).To(Equal(a.node))
+		inst := leased.inst.DeepCopy()
+		Expect(a.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
+			"finalizers": []any{fleetv1alpha1.DiskWipeFinalizer}}}))).To(Succeed())
+		By("the agent reports the instance's VM and disk on the chassis")
+		reportInventory(a, []fleetv1alpha1.HostVM{{UID: inst.UID, State: "Running"}}, []types.UID{inst.UID})
+
+		Expect(leased.tenant.Client.Delete(ctx, leased.lease.DeepCopy())).To(Succeed())
+		op.Step(25*time.Hour, leased.lease)
+		Eventually(func() *metav1.Time {
+			Expect(admin.Get(ctx, client.ObjectKeyFromObject(inst), inst)).To(Succeed())
+			return inst.DeletionTimestamp
+		}).ShouldNot(BeNil(), "release deletes the lease's instances")
+
+		By("the instance is wiped and goes, but the agent's report still lists its VM and disk")
+		Expect(a.client.Status().Patch(ctx, inst, mergePatch(map[string]any{"status": map[string]any{
+			"runtime": map[string]any{"phase": string(computev1alpha1.VMStopped), "wipedAt": time.Now().UTC().Format(time.RFC3339)}}}))).To(Succeed())
+		Expect(a.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{"finalizers": []any{}}}))).To(Succeed())
+		Eventually(func() bool { return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(inst), inst)) }).Should(BeTrue())
+		released := func() metav1.Condition {
+			l := &leasingv1alpha1.MacNodeLease{}
+			Expect(admin.Get(ctx, client.ObjectKeyFromObject(leased.lease), l)).To(Succeed())
+			for _, c := range l.Status.Conditions {
+				if c.Type == leasingv1alpha1.ConditionReleased {
+					return c
+				}
+			}
+			return metav1.Condition{}
+		}
+		Eventually(released).Should(And(
+			HaveField("Status", metav1.ConditionFalse),
+			HaveField("Reason", leasingv1alpha1.ReasonChassisNotEmpty),
+			HaveField("Message", And(ContainSubstring("1 VM(s): "+string(inst.UID)+" (Running)"), ContainSubstring("1 instance disk(s): "+string(inst.UID))))),
+			"the tenant is told what the chassis still holds")
+		Consistently(func() *fleetv1alpha1.Binding { return macNode(a.node).Status.Binding }, 2*time.Second).ShouldNot(BeNil(),
+			"a chassis that holds a VM and a disk never returns to the pool")
+
+		By("the agent reports the chassis empty")
+		reportInventory(a, nil, nil)
+		Eventually(func() *fleetv1alpha1.Binding { return macNode(a.node).Status.Binding }).Should(BeNil(), "positive control: an empty chassis returns")
+		Eventually(func() fleetv1alpha1.MacNodePhase { return macNode(a.node).Status.Phase }).Should(Equal(fleetv1alpha1.MacNodeReady))
+		Eventually(func() bool {
+			return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(leased.lease), &leasingv1alpha1.MacNodeLease{}))
+		}).Should(BeTrue())
+	})
 })
+
+var _ = Describe("a retired chassis", Ordered, ContinueOnFailure, func() {
+	const class = "m4-hostile-retired"
+	var b enrolled
+
+	BeforeAll(func() {
+		_, err := harness.CreateClass(ctx, admin, class, 2)
+		Expect(err).NotTo(HaveOccurred())
+		b = enrollChassis(class)
+	})
+
+	It("is retired by an administrator alone, and for good", func() {
+		retire := mergePatch(map[string]any{"spec": map[string]any{"retired": true}})
+		harness.ExpectRBACDenial(b.client.Patch(ctx, &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: b.node}}, retire),
+			"patch", "macnodes")
+		t, err := env.NewTenant(ctx, "retirer")
+		Expect(err).NotTo(HaveOccurred())
+		harness.ExpectRBACDenial(t.Client.Patch(ctx, &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: b.node}}, retire),
+			"patch", "macnodes")
+		Expect(macNode(b.node).Spec.Retired).To(BeFalse())
+	})
+
+	It("lets its instances go unwiped once their lease ends, records each disk, and never returns to the pool", func() {
+		leased := leaseOne(class)
+		Expect(leased.lease.Status.NodeName).To(Equal(b.node))
+		inst := leased.inst.DeepCopy()
+		Expect(b.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
+			"finalizers": []any{fleetv1alpha1.DiskWipeFinalizer}}}))).To(Succeed())
+
+		By("an administrator retires the chassis, whose Mac is dead")
+		Expect(admin.Patch(ctx, &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: b.node}},
+			mergePatch(map[string]any{"spec": map[string]any{"retired": true}}))).To(Succeed())
+		Eventually(func() fleetv1alpha1.MacNodePhase { return macNode(b.node).Status.Phase }).Should(Equal(fleetv1alpha1.MacNodeRetired))
+		err := admin.Patch(ctx, &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: b.node}},
+			mergePatch(map[string]any{"spec": map[string]any{"retired": false}}))
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "the schema refuses to undo a retirement: %v", err)
+		Expect(err.Error()).To(ContainSubstring("a retired chassis stays retired"))
+
+		By("the lease still holds the chassis until earliestReleaseAt")
+		Expect(leased.tenant.Client.Delete(ctx, leased.lease.DeepCopy())).To(Succeed())
+		Consistently(func() error { return admin.Get(ctx, client.ObjectKeyFromObject(inst), inst) }, time.Second).Should(Succeed(),
+			"positive control: before its lease ends, nothing lets the instance go")
+		op.Step(25*time.Hour, leased.lease)
+
+		Eventually(func() bool { return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(inst), inst)) }).Should(BeTrue(),
+			"the operator lets the instance of a dead Mac go without its wipe")
+		Eventually(func() []fleetv1alpha1.UnwipedDisk { return macNode(b.node).Status.UnwipedDisks }).Should(ConsistOf(And(
+			HaveField("UID", leased.inst.UID), HaveField("Namespace", leased.tenant.Namespace),
+			HaveField("Name", leased.inst.Name), HaveField("LeaseName", leased.lease.Name))), "the unwiped disk is on record")
+		Eventually(func() bool {
+			return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(leased.lease), &leasingv1alpha1.MacNodeLease{}))
+		}).Should(BeTrue(), "the lease goes, and with it the tenant's hold on its namespace")
+		Expect(macNode(b.node).Status.Binding).To(BeNil())
+		Consistently(func() fleetv1alpha1.MacNodePhase { return macNode(b.node).Status.Phase }, 2*time.Second).Should(Equal(fleetv1alpha1.MacNodeRetired),
+			"a retired chassis never returns to the pool")
+		Eventually(func() []string {
+			list := &eventsv1.EventList{}
+			Expect(admin.List(ctx, list, client.InNamespace(metav1.NamespaceDefault))).To(Succeed())
+			var notes []string
+			for _, e := range list.Items {
+				if e.Reason == fleetv1alpha1.ReasonDiskLeftUnwiped && e.Regarding.Name == b.node {
+					notes = append(notes, e.Note)
+				}
+			}
+			return notes
+		}).Should(ContainElement(ContainSubstring(string(leased.inst.UID))))
+	})
+})
+
+// reportInventory reports, as e's agent, what its chassis holds.
+func reportInventory(e enrolled, vms []fleetv1alpha1.HostVM, disks []types.UID) {
+	GinkgoHelper()
+	inv := map[string]any{"vms": nil, "disks": nil, "observedAt": time.Now().UTC().Format(time.RFC3339)}
+	if len(vms) > 0 {
+		inv["vms"] = vms
+	}
+	if len(disks) > 0 {
+		inv["disks"] = disks
+	}
+	Expect(e.client.Status().Patch(ctx, &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: e.node}},
+		mergePatch(map[string]any{"status": map[string]any{"reported": map[string]any{"inventory": inv}}}))).To(Succeed())
+}

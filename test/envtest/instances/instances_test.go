@@ -13,6 +13,7 @@ import (
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -326,6 +327,45 @@ var _ = Describe("Instances on simulated minis", Ordered, func() {
 		Eventually(func() bool { return agents[bound.Status.NodeName].HelperPID(uid) == 0 }).Should(BeTrue(), "its helper is gone")
 	})
 
+	It("stops the VM of an instance that vanished, and wipes its disk once a live read confirms it is gone", func() {
+		a := agents[bound.Status.NodeName]
+		vanishing := instance(tenant.Namespace, "vanishing", "build")
+		Expect(tenant.Client.Create(ctx, vanishing)).To(Succeed())
+		Eventually(phase(vanishing)).Should(Equal(computev1alpha1.VMRunning))
+		uid := string(get(vanishing).UID)
+		Expect(a.DiskDir(uid)).To(BeADirectory())
+		Eventually(func() []fleetv1alpha1.HostVM { return reportedInventory(a.Node).VMs }).Should(ContainElement(
+			And(HaveField("UID", types.UID(uid)), HaveField("State", "Running"))), "the agent reports the VM it runs")
+
+		By("the operator's identity, the only one instance.wipe lets do so, strips the finalizer, and the instance goes untorn")
+		operator, err := env.ClientAs(harness.OperatorUser, "system:masters")
+		Expect(err).NotTo(HaveOccurred())
+		v := get(vanishing)
+		Expect(operator.Patch(ctx, v, mergePatch(`{"metadata":{"finalizers":null}}`))).To(Succeed())
+		Expect(operator.Delete(ctx, v)).To(Succeed())
+
+		Eventually(func() int { return a.HelperPID(uid) }).Should(BeZero(), "the VM of the vanished instance is stopped")
+		Eventually(func() bool { _, err := os.Stat(a.DiskDir(uid)); return os.IsNotExist(err) }).Should(BeTrue(),
+			"its disk is wiped once the API server says the instance is gone")
+		Eventually(func() *fleetv1alpha1.HostInventory { return reportedInventory(a.Node) }).Should(And(
+			HaveField("VMs", Not(ContainElement(HaveField("UID", types.UID(uid))))),
+			HaveField("Disks", Not(ContainElement(types.UID(uid))))))
+		Eventually(func() []string {
+			list := &eventsv1.EventList{}
+			Expect(admin.List(ctx, list, client.InNamespace(metav1.NamespaceDefault))).To(Succeed())
+			var reasons []string
+			for _, e := range list.Items {
+				if e.Regarding.Name == a.Node && strings.Contains(e.Note, uid) {
+					reasons = append(reasons, e.Reason)
+				}
+			}
+			return reasons
+		}).Should(ContainElements(fleetv1alpha1.ReasonVMReaped, fleetv1alpha1.ReasonDiskReaped), "each reap is an Event about the agent's own MacNode")
+
+		Expect(phase(second)()).To(Equal(computev1alpha1.VMRunning), "positive control: the VM that holds its slot runs on")
+		Expect(a.DiskDir(string(get(second).UID))).To(BeADirectory(), "positive control: the disk of an instance that exists stays")
+	})
+
 	It("keeps a silent chassis' placeholders when kube-controller-manager taints its Node unreachable:NoExecute", func() {
 		a := agents[bound.Status.NodeName]
 		placeholder := &corev1.Pod{}
@@ -443,6 +483,18 @@ var _ = Describe("Instances on simulated minis", Ordered, func() {
 		}).Should(BeTrue(), "the namespace goes once the lease is released")
 	})
 })
+
+func reportedInventory(node string) *fleetv1alpha1.HostInventory {
+	GinkgoHelper()
+	mn := &fleetv1alpha1.MacNode{}
+	Expect(admin.Get(ctx, client.ObjectKey{Name: node}, mn)).To(Succeed())
+	if mn.Status.Reported == nil || mn.Status.Reported.Inventory == nil {
+		return &fleetv1alpha1.HostInventory{}
+	}
+	return mn.Status.Reported.Inventory
+}
+
+func mergePatch(p string) client.Patch { return client.RawPatch(types.MergePatchType, []byte(p)) }
 
 func count(m map[string]bool) int {
 	n := 0
