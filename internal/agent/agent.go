@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
@@ -98,9 +99,13 @@ func Run(ctx context.Context, cfg *rest.Config, c Config) error {
 	inst := &Instances{
 		Client: mgr.GetClient(), NodeName: c.NodeName, Launcher: c.Launcher, Disks: Disks{Root: c.StateDir},
 		Clock: c.Clock, StopGrace: 30 * time.Second, GuestPort: guest.DefaultPort, Poll: cmp.Or(c.Poll, 10*time.Second),
-		NewMachineID: c.NewMachineID,
+		NewMachineID: c.NewMachineID, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("macrack-agent"),
+		Log: c.Log.WithName("instances"),
 	}
 	if err := inst.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := mgr.Add(manager.RunnableFunc(inst.RunReaper)); err != nil {
 		return err
 	}
 	hb := &Heartbeat{Client: direct, NodeName: c.NodeName, Interval: c.HeartbeatInterval, Clock: c.Clock, Log: c.Log.WithName("heartbeat")}
@@ -140,6 +145,9 @@ func (c Config) reportFactsOnce(ctx context.Context, cl client.Client, lastQuota
 	if q := lastQuota(); q != nil {
 		facts.Quota = q
 	}
+	// The inventory has its own writer, the reaper: a facts source's word
+	// on it would undo that writer's.
+	facts.Inventory = nil
 	return ReportFacts(ctx, cl, c.NodeName, facts)
 }
 

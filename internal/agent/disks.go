@@ -1,16 +1,22 @@
 package agent
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Disks lays out images and instance disks under the agent's state
 // directory: images/<image>/{disk.img,aux.img} are the golden copies,
-// instances/<uid>/{disk.img,aux.img,machine-id} each instance's own.
+// instances/<uid>/{owner.json,disk.img,aux.img,machine-id} each instance's
+// own.
 type Disks struct {
 	Root string
 }
@@ -23,6 +29,74 @@ func (d Disks) ImagePaths(image string) (disk, aux string) {
 
 // InstanceDir is where an instance's files live.
 func (d Disks) InstanceDir(uid string) string { return filepath.Join(d.Root, "instances", uid) }
+
+// Owner names the instance a disk was made for, so that the reaper can ask
+// the API server about it by name.
+type Owner struct {
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	UID       types.UID `json:"uid"`
+}
+
+// ownerFile is written before any disk file, so that a disk always has it
+// unless a crash came in between.
+const ownerFile = "owner.json"
+
+// RecordOwner writes the instance directory's owner record, once.
+func (d Disks) RecordOwner(o Owner) error {
+	dir := d.InstanceDir(string(o.UID))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	p := filepath.Join(dir, ownerFile)
+	if _, err := os.Stat(p); err == nil {
+		return nil
+	}
+	b, err := json.Marshal(o)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(p+".tmp", b, 0o600); err != nil {
+		return fmt.Errorf("recording the owner of %s: %w", o.UID, err)
+	}
+	return os.Rename(p+".tmp", p)
+}
+
+// OwnerOf reads the owner record of the instance directory uid.
+func (d Disks) OwnerOf(uid string) (Owner, error) {
+	var o Owner
+	b, err := os.ReadFile(filepath.Join(d.InstanceDir(uid), ownerFile))
+	if err != nil {
+		return o, err
+	}
+	if err := json.Unmarshal(b, &o); err != nil {
+		return o, fmt.Errorf("reading the owner of %s: %w", uid, err)
+	}
+	if o.UID != types.UID(uid) || o.Namespace == "" || o.Name == "" {
+		return o, fmt.Errorf("the owner record of %s names %s/%s (%s)", uid, o.Namespace, o.Name, o.UID)
+	}
+	return o, nil
+}
+
+// List returns the UIDs of every instance directory: every disk on the
+// chassis, whether or not an instance still names it, sorted.
+func (d Disks) List() ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(d.Root, "instances"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing instance disks: %w", err)
+	}
+	var uids []string
+	for _, e := range entries {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			uids = append(uids, e.Name())
+		}
+	}
+	sort.Strings(uids)
+	return uids, nil
+}
 
 // Prepare gives the instance its own disk and auxiliary storage, cloned from
 // the image (a copy-on-write clone where the filesystem has one), unless it

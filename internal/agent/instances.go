@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,7 +43,7 @@ type Instances struct {
 	NodeName string
 	Launcher helper.Launcher
 	Disks    Disks
-	Clock    clock.PassiveClock
+	Clock    clock.WithTicker
 	// StopGrace bounds a graceful stop before the VM is forced off.
 	StopGrace time.Duration
 	// GuestPort is where the guest agent listens on vsock.
@@ -52,6 +53,16 @@ type Instances struct {
 	// NewMachineID makes an instance's machine identifier once (the
 	// driver's: random bytes in the sim, VZMacMachineIdentifier on a Mac).
 	NewMachineID func() ([]byte, error)
+	// APIReader reads from the API server itself, not the cache: the
+	// reaper wipes a disk only on its word.
+	APIReader client.Reader
+	// Recorder writes the agent's Events, about its own MacNode only.
+	Recorder events.EventRecorder
+	Log      logr.Logger
+
+	// inventoryMu serialises looking at what the chassis holds and
+	// reporting it, and reaping.
+	inventoryMu sync.Mutex
 
 	// quota is the last quota state reported, which the facts reporter
 	// sends on, rather than letting the facts source's word undo it.
@@ -198,6 +209,9 @@ func (r *Instances) spec(ctx context.Context, inst *computev1alpha1.MacOSInstanc
 		return vmspec.VMSpec{}, fmt.Errorf("getting MacOSImage %s: %w", inst.Spec.ImageName, err)
 	}
 	uid := string(inst.UID)
+	if err := r.Disks.RecordOwner(Owner{Namespace: inst.Namespace, Name: inst.Name, UID: inst.UID}); err != nil {
+		return vmspec.VMSpec{}, err
+	}
 	disk, aux, err := r.Disks.Prepare(uid, img.Name)
 	if err != nil {
 		return vmspec.VMSpec{}, err
@@ -253,6 +267,11 @@ func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *compute
 	}
 	if err := r.Disks.Wipe(uid); err != nil {
 		return err
+	}
+	// The operator returns the chassis only once its inventory is empty:
+	// say so now rather than on the reaper's next pass.
+	if err := r.ReportInventory(ctx, log); err != nil {
+		log.Error(err, "Reporting the inventory after a wipe failed; the reaper reports it on its next pass")
 	}
 	// instance.wipe: the finalizer comes off only after the wipe is on record.
 	if inst.Status.Runtime == nil || inst.Status.Runtime.WipedAt == nil {

@@ -12,10 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -52,6 +54,7 @@ type rig struct {
 	r        *Instances
 	kernel   *sim.MemKernel
 	launcher *helper.InProcessLauncher
+	events   *events.FakeRecorder
 
 	mu     sync.Mutex
 	writes []write
@@ -97,6 +100,9 @@ func newRig(t *testing.T, names ...string) *rig {
 	}
 	rg.c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
 		WithStatusSubresource(&fleetv1alpha1.MacNode{}, &computev1alpha1.MacOSInstance{}).
+		WithIndex(&computev1alpha1.MacOSInstance{}, "status.nodeName", func(o client.Object) []string {
+			return []string{o.(*computev1alpha1.MacOSInstance).Status.NodeName}
+		}).
 		WithInterceptorFuncs(interceptor.Funcs{
 			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
 				if err := record(write{verb: "update", kind: kindOf(obj), name: obj.GetName()}); err != nil {
@@ -142,8 +148,10 @@ func newRig(t *testing.T, names ...string) *rig {
 	if err := disks.SeedImage(testImage, 1<<20); err != nil {
 		t.Fatal(err)
 	}
+	rg.events = events.NewFakeRecorder(100)
 	rg.r = &Instances{Client: rg.c, NodeName: testNode, Launcher: rg.launcher, Disks: disks, Clock: clock.RealClock{},
-		StopGrace: time.Second, GuestPort: 1024, Poll: time.Second, NewMachineID: RandomMachineID}
+		StopGrace: time.Second, GuestPort: 1024, Poll: time.Second, NewMachineID: RandomMachineID,
+		APIReader: rg.c, Recorder: rg.events, Log: logr.Discard()}
 	return rg
 }
 
