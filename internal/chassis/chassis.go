@@ -1,12 +1,14 @@
-// Package chassis holds the two steps of giving a chassis back that both the
+// Package chassis gives a chassis back to the pool, the one way both the
 // lease controller (on a lease's release) and the node controller (on a
-// binding whose lease is gone) take: deleting the lease's instances, and
-// clearing the MacNode's binding into its history.
+// binding whose lease is gone) do it: the lease's instances deleted and
+// wiped, the chassis reported empty by its agent, then the binding cleared
+// into the history.
 package chassis
 
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,9 +50,84 @@ func DeleteInstances(ctx context.Context, c client.Client, namespace, name strin
 	return awaiting, nil
 }
 
+// Outcome is where a release stands after one pass.
+type Outcome struct {
+	// Freed is the MacNode as written, once the chassis is back in the pool
+	// (or, retired, let go).
+	Freed *fleetv1alpha1.MacNode
+	// AwaitingWipe counts the instances whose agent has yet to stop their
+	// VM and wipe their disk.
+	AwaitingWipe int
+	// Holds says what the chassis still holds, by its agent's report, when
+	// that is what keeps it.
+	Holds string
+}
+
+// Release takes one step of giving node back for the lease
+// namespace/name: it deletes the lease's instances, waits for their
+// wipes, then for the agent to report the chassis empty, and then writes
+// the MacNode freed. The caller asks the policies first.
+//
+// A retired chassis is let go without waiting for its agent, which is
+// dead: it never returns to the pool, and what its disks hold is in
+// status.unwipedDisks.
+func Release(ctx context.Context, c client.Client, node *fleetv1alpha1.MacNode, namespace, name string, now time.Time) (Outcome, error) {
+	awaiting, err := DeleteInstances(ctx, c, namespace, name)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if awaiting > 0 {
+		return Outcome{AwaitingWipe: awaiting}, nil
+	}
+	if !node.Spec.Retired {
+		if holds := Holds(node); holds != "" {
+			return Outcome{Holds: holds}, nil
+		}
+	}
+	freed := Freed(node, now)
+	if err := c.Status().Update(ctx, freed); err != nil {
+		return Outcome{}, fmt.Errorf("freeing MacNode %s: %w", node.Name, err)
+	}
+	return Outcome{Freed: freed}, nil
+}
+
+// Holds says what the chassis holds by its agent's last report, or "" when
+// the agent reports it empty. A chassis whose agent has not reported is not
+// empty: nothing says so.
+func Holds(node *fleetv1alpha1.MacNode) string {
+	var inv *fleetv1alpha1.HostInventory
+	if node.Status.Reported != nil {
+		inv = node.Status.Reported.Inventory
+	}
+	switch {
+	case inv == nil:
+		return fmt.Sprintf("the agent of chassis %s has not reported what it holds", node.Spec.Serial)
+	case inv.Empty():
+		return ""
+	}
+	var held []string
+	if n := len(inv.VMs); n > 0 {
+		uids := make([]string, 0, n)
+		for _, vm := range inv.VMs {
+			uids = append(uids, fmt.Sprintf("%s (%s)", vm.UID, vm.State))
+		}
+		held = append(held, fmt.Sprintf("%d VM(s): %s", n, strings.Join(uids, ", ")))
+	}
+	if n := len(inv.Disks); n > 0 {
+		uids := make([]string, 0, n)
+		for _, d := range inv.Disks {
+			uids = append(uids, string(d))
+		}
+		held = append(held, fmt.Sprintf("%d instance disk(s): %s", n, strings.Join(uids, ", ")))
+	}
+	return fmt.Sprintf("chassis %s still holds %s, by its agent's report of %s", node.Spec.Serial,
+		strings.Join(held, " and "), inv.ObservedAt.UTC().Format(time.RFC3339))
+}
+
 // Freed returns node with its binding and slots cleared and the lease
 // recorded in its history. It goes back through Enrolled: the node
-// controller moves it to Ready only if its facts still meet its class.
+// controller moves it to Ready only if its facts still meet its class. A
+// retired chassis stays Retired.
 func Freed(node *fleetv1alpha1.MacNode, now time.Time) *fleetv1alpha1.MacNode {
 	out := node.DeepCopy()
 	if b := node.Status.Binding; b != nil {
@@ -65,5 +142,8 @@ func Freed(node *fleetv1alpha1.MacNode, now time.Time) *fleetv1alpha1.MacNode {
 	out.Status.Binding = nil
 	out.Status.Slots = nil
 	out.Status.Phase = fleetv1alpha1.MacNodeEnrolled
+	if node.Spec.Retired {
+		out.Status.Phase = fleetv1alpha1.MacNodeRetired
+	}
 	return out
 }

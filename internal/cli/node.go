@@ -6,9 +6,13 @@ import (
 	"os"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/enroll"
 	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
 )
@@ -17,11 +21,32 @@ const nodeUsage = `Manage chassis.
 
 Usage:
   macrackctl node enroll <serial> --class CLASS [flags]
+  macrackctl node retire <serial> [flags]
 
 Commands:
   enroll   record a chassis: its MacNode and its agent's ServiceAccount, and
            print a bootstrap kubeconfig, with a time-bound token, for the MDM
            payload that installs the host agent
+  retire   take a dead chassis out of service for good: it is never leased
+           again, and the disks its agent can no longer wipe are recorded in
+           its status.unwipedDisks
+`
+
+const retireUsage = `Take a chassis out of service for good. This cannot be undone.
+
+A retired chassis is never leased again. Its current lease, if any, keeps it
+until earliestReleaseAt as always; the operator then lets the lease's
+instances go without waiting for a wipe that a dead Mac cannot do, and records
+each unwiped disk in the MacNode's status.unwipedDisks. Destroy its SSD.
+
+Usage:
+  macrackctl node retire <serial> [flags]
+
+Flags:
+  --kubeconfig FILE   the administrator's kubeconfig (default: $KUBECONFIG,
+                      then ~/.kube/config)
+
+Exit codes: 0 retired; 2 bad arguments or the cluster refused.
 `
 
 const enrollUsage = `Record a chassis and print its agent's bootstrap kubeconfig.
@@ -49,9 +74,58 @@ func runNode(ctx context.Context, e env, args []string) error {
 		}
 		return errHelp
 	}
-	if args[0] != "enroll" {
-		return usagef("node", "unknown subcommand %q", args[0])
+	switch args[0] {
+	case "enroll":
+		return runEnroll(ctx, e, args[1:])
+	case "retire":
+		return runRetire(ctx, e, args[1:])
 	}
+	return usagef("node", "unknown subcommand %q", args[0])
+}
+
+func runRetire(ctx context.Context, e env, args []string) error {
+	fs := newFlagSet("node retire")
+	kubeconfig := fs.String("kubeconfig", "", "")
+	pos, err := parseFlags(fs, "node retire", args, e.stdout, retireUsage)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("node retire", "want exactly one serial, got %d arguments", len(pos))
+	}
+	c, _, err := adminClient(*kubeconfig)
+	if err != nil {
+		return err
+	}
+	name := enroll.NodeName(pos[0])
+	mn := &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := c.Patch(ctx, mn, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"retired":true}}`))); err != nil {
+		return fmt.Errorf("%w: retiring %s: %w", errInput, pos[0], err)
+	}
+	fmt.Fprintf(e.stdout, "retired %s (MacNode %s); it is never leased again\n", pos[0], name)
+	return nil
+}
+
+// adminClient connects with the administrator's kubeconfig.
+func adminClient(kubeconfig string) (client.Client, *rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: loading the kubeconfig: %w", errInput, err)
+	}
+	scheme, err := macrackscheme.New()
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: connecting: %w", errInput, err)
+	}
+	return c, cfg, nil
+}
+
+func runEnroll(ctx context.Context, e env, args []string) error {
 	fs := newFlagSet("node enroll")
 	class := fs.String("class", "", "")
 	ns := fs.String("agents-namespace", "macrack-agents", "")
@@ -59,7 +133,7 @@ func runNode(ctx context.Context, e env, args []string) error {
 	kubeconfig := fs.String("kubeconfig", "", "")
 	out := fs.String("out", "", "")
 	fs.StringVar(out, "o", "", "")
-	pos, err := parseFlags(fs, "node enroll", args[1:], e.stdout, enrollUsage)
+	pos, err := parseFlags(fs, "node enroll", args, e.stdout, enrollUsage)
 	if err != nil {
 		return err
 	}
@@ -69,19 +143,9 @@ func runNode(ctx context.Context, e env, args []string) error {
 	if *class == "" {
 		return usagef("node enroll", "--class is required")
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = *kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
-		return fmt.Errorf("%w: loading the kubeconfig: %w", errInput, err)
-	}
-	scheme, err := macrackscheme.New()
+	c, cfg, err := adminClient(*kubeconfig)
 	if err != nil {
 		return err
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return fmt.Errorf("%w: connecting: %w", errInput, err)
 	}
 	kc, err := enroll.Enroll(ctx, c, cfg, enroll.Options{Serial: pos[0], Class: *class, AgentsNamespace: *ns, TokenTTL: *ttl})
 	if err != nil {

@@ -112,6 +112,12 @@ type scope struct {
 	pendingReason, pendingMessage string
 	// awaiting counts instances still waiting for their disk wipe.
 	awaiting int
+	// holds says what the chassis still holds, by its agent's report, when
+	// that is what keeps it from the pool.
+	holds string
+	// retired: the chassis released on this pass is retired, and was let go
+	// without its disks wiped.
+	retired bool
 	// refusal is a policy's answer to this pass's release, if it refused.
 	refusal string
 }

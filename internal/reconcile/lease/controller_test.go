@@ -70,8 +70,10 @@ func class(name string) *fleetv1alpha1.MacNodeClass {
 
 func readyNode(name string, releasedAt *time.Time) *fleetv1alpha1.MacNode {
 	n := &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:   fleetv1alpha1.MacNodeSpec{Serial: name, NodeClassName: "m4"},
-		Status: fleetv1alpha1.MacNodeStatus{Phase: fleetv1alpha1.MacNodeReady}}
+		Spec: fleetv1alpha1.MacNodeSpec{Serial: name, NodeClassName: "m4"},
+		Status: fleetv1alpha1.MacNodeStatus{Phase: fleetv1alpha1.MacNodeReady,
+			// Its agent reports it empty: released, it may return to the pool.
+			Reported: &fleetv1alpha1.ReportedFacts{Inventory: &fleetv1alpha1.HostInventory{}}}}
 	if releasedAt != nil {
 		n.Status.History = []fleetv1alpha1.LeaseRecord{{LeaseNamespace: "x", LeaseName: "y", ReleasedAt: metav1.NewTime(*releasedAt)}}
 	}

@@ -221,9 +221,10 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 	return r.release(ctx, s)
 }
 
-// release deletes the lease's instances, waits for their disk wipes, then
-// clears the MacNode's binding and slots, records the lease in its history,
-// and lets the lease go.
+// release asks the policies, then takes the chassis' release a step
+// further (chassis.Release: the instances deleted and wiped, the chassis
+// reported empty, the binding cleared into the history), and lets the lease
+// go once it is done.
 func (r *Reconciler) release(ctx context.Context, s *scope) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	lease, node := s.lease, s.node
@@ -253,25 +254,30 @@ func (r *Reconciler) release(ctx context.Context, s *scope) (ctrl.Result, error)
 		}
 	}
 
-	remaining, err := chassis.DeleteInstances(ctx, r.Client, lease.Namespace, lease.Name)
+	out, err := chassis.Release(ctx, r.Client, node, lease.Namespace, lease.Name, s.now)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if s.awaiting = remaining; remaining > 0 {
-		// The instances' deletions re-enqueue this lease.
+	if out.Freed == nil {
+		// The instances' deletions and the agent's reports re-enqueue
+		// this lease.
+		s.awaiting, s.holds = out.AwaitingWipe, out.Holds
 		return ctrl.Result{}, nil
 	}
-
-	if err := r.Client.Status().Update(ctx, freed); err != nil {
-		return ctrl.Result{}, fmt.Errorf("freeing MacNode %s: %w", node.Name, err)
-	}
+	freed = out.Freed
 	releasedAt := freed.Status.History[len(freed.Status.History)-1].ReleasedAt
 	lease.Status.Phase = leasingv1alpha1.LeaseReleased
 	lease.Status.ReleasedAt = &releasedAt
 	controllerutil.RemoveFinalizer(lease, fleetv1alpha1.LeaseFinalizer)
 	s.node, s.released = nil, true
-	r.Recorder.Eventf(lease, freed, corev1.EventTypeNormal, "LeaseReleased", "Release",
-		"Released chassis %s (%s) back to the pool", freed.Spec.Serial, freed.Name)
+	if freed.Spec.Retired {
+		s.retired = true
+		r.Recorder.Eventf(lease, freed, corev1.EventTypeWarning, "LeaseReleased", "Release",
+			"Released chassis %s (%s), which is retired: its disks were not wiped, and are recorded in its status.unwipedDisks", freed.Spec.Serial, freed.Name)
+	} else {
+		r.Recorder.Eventf(lease, freed, corev1.EventTypeNormal, "LeaseReleased", "Release",
+			"Released chassis %s (%s) back to the pool", freed.Spec.Serial, freed.Name)
+	}
 	log.Info("Lease released", "MacNode", freed.Name)
 	return ctrl.Result{}, nil
 }

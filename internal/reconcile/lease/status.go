@@ -63,6 +63,9 @@ func (r *Reconciler) updateStatus(s *scope) {
 	}
 
 	switch {
+	case s.retired:
+		conditions.Set(c, conditions.True(leasingv1alpha1.ConditionReleased, leasingv1alpha1.ReasonChassisRetired,
+			"the chassis is retired: it was let go without its disks wiped, as its status.unwipedDisks records"), gen, now)
 	case lease.Status.Phase == leasingv1alpha1.LeaseReleased:
 		conditions.Set(c, conditions.True(leasingv1alpha1.ConditionReleased, leasingv1alpha1.ReasonReleased, "the chassis went back to the pool"), gen, now)
 	case s.refusal != "":
@@ -72,6 +75,11 @@ func (r *Reconciler) updateStatus(s *scope) {
 	case s.awaiting > 0:
 		conditions.Set(c, conditions.False(leasingv1alpha1.ConditionReleased, leasingv1alpha1.ReasonAwaitingDiskWipe,
 			fmt.Sprintf("%d instance(s) wait for the host agent to stop them and wipe their disks; the chassis stays out of the pool until then", s.awaiting)), gen, now)
+	case s.holds != "":
+		if conditions.Set(c, conditions.False(leasingv1alpha1.ConditionReleased, leasingv1alpha1.ReasonChassisNotEmpty,
+			s.holds+"; the instances are wiped, and the chassis returns to the pool once its agent reports it empty"), gen, now) {
+			r.Recorder.Eventf(lease, nil, corev1.EventTypeWarning, leasingv1alpha1.ReasonChassisNotEmpty, "Release", "%s", s.holds)
+		}
 	case deleting && s.node != nil:
 		conditions.Set(c, conditions.False(leasingv1alpha1.ConditionReleased, leasingv1alpha1.ReasonAwaitingRelease, "released at or after earliestReleaseAt"), gen, now)
 	default:

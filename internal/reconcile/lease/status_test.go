@@ -36,6 +36,8 @@ func TestEveryConditionHasAReasonInEveryPhase(t *testing.T) {
 		{name: "a bound lease", s: scope{node: bound}},
 		{name: "a held lease", deleting: true, s: scope{node: bound}},
 		{name: "a lease waiting for disk wipes", deleting: true, s: scope{node: bound, awaiting: 2}},
+		{name: "a lease whose chassis still holds a VM", deleting: true, s: scope{node: bound, holds: "chassis C02T00000001 still holds 1 VM(s): u (Running)"}},
+		{name: "a lease released from a retired chassis", deleting: true, boundAt: &boundAt, s: scope{released: true, retired: true}},
 		{name: "a released lease", deleting: true, boundAt: &boundAt, s: scope{released: true}},
 		{name: "a lease whose binding is gone", deleting: true, boundAt: &boundAt},
 	} {

@@ -43,7 +43,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups="",resources=nodes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=leasing.macrack.io,resources=macnodeleases,verbs=get;list;watch
-// +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances,verbs=get;list;watch;delete;patch
 
 // Reconciler reconciles MacNodes and their Nodes.
 type Reconciler struct {
@@ -156,6 +156,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	s := &scope{node: mn, now: metav1.NewTime(r.Clock.Now())}
+	if err := r.reconcileRetired(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	mn = s.node // as the break-glass may have written it
 	res, err := r.reconcileOrphanBinding(ctx, s)
 	if err != nil || s.freed {
 		return res, err
@@ -221,24 +225,27 @@ func (r *Reconciler) reconcileOrphanBinding(ctx context.Context, s *scope) (ctrl
 		log.Info("Binding outlives its lease; the chassis stays held", "earliestReleaseAt", b.EarliestReleaseAt.UTC())
 		return ctrl.Result{RequeueAfter: b.EarliestReleaseAt.Sub(s.now.Time)}, nil
 	}
-	freed := chassis.Freed(s.node, s.now.Time)
-	d, err := r.decide(ctx, freed, s.node)
+	d, err := r.decide(ctx, chassis.Freed(s.node, s.now.Time), s.node)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if !d.Allowed() {
 		return ctrl.Result{}, fmt.Errorf("freeing MacNode %s refused: %s", s.node.Name, d.Violations[0].Message)
 	}
-	remaining, err := chassis.DeleteInstances(ctx, r.Client, b.LeaseNamespace, b.LeaseName)
-	if err != nil || remaining > 0 {
-		return ctrl.Result{}, err
-	}
-	if err := r.Client.Status().Update(ctx, freed); err != nil {
+	out, err := chassis.Release(ctx, r.Client, s.node, b.LeaseNamespace, b.LeaseName, s.now.Time)
+	if err != nil {
 		if apierrors.IsConflict(err) {
 			return ctrl.Result{RequeueAfter: conflictRetry}, nil
 		}
-		return ctrl.Result{}, fmt.Errorf("freeing MacNode %s: %w", s.node.Name, err)
+		return ctrl.Result{}, err
 	}
+	if out.Freed == nil {
+		if out.Holds != "" {
+			log.Info("Orphaned binding kept: the chassis is not empty", "holds", out.Holds)
+		}
+		return ctrl.Result{}, nil
+	}
+	freed := out.Freed
 	s.freed = true
 	r.Recorder.Eventf(freed, nil, corev1.EventTypeNormal, "ChassisReleased", "Release",
 		"Released chassis %s: its lease %s/%s is gone and earliestReleaseAt has passed", freed.Spec.Serial, b.LeaseNamespace, b.LeaseName)
@@ -395,7 +402,9 @@ func (r *Reconciler) updateStatus(s *scope) {
 	compliant := s.classFound && st.Reported != nil && len(s.problems) == 0
 
 	switch {
-	case st.Phase == fleetv1alpha1.MacNodeRetired, st.Phase == fleetv1alpha1.MacNodeQuarantined, st.Phase == fleetv1alpha1.MacNodeRebooting:
+	case mn.Spec.Retired:
+		st.Phase = fleetv1alpha1.MacNodeRetired
+	case st.Phase == fleetv1alpha1.MacNodeQuarantined, st.Phase == fleetv1alpha1.MacNodeRebooting:
 		// Owned by later loops (quarantine, retirement); left as they are.
 	case st.Binding != nil:
 		st.Phase = fleetv1alpha1.MacNodeLeased
@@ -440,6 +449,9 @@ func (r *Reconciler) updateStatus(s *scope) {
 	}
 
 	switch {
+	case mn.Spec.Retired:
+		conditions.Set(c, conditions.False(fleetv1alpha1.ConditionReady, fleetv1alpha1.ReasonRetired,
+			"the chassis is retired: out of service for good"), gen, s.now)
 	case s.agent == metav1.ConditionFalse:
 		conditions.Set(c, conditions.False(fleetv1alpha1.ConditionReady, fleetv1alpha1.ReasonHeartbeatMissed, s.agentMessage), gen, s.now)
 	case st.Phase == fleetv1alpha1.MacNodeReady, st.Phase == fleetv1alpha1.MacNodeLeased:

@@ -1,0 +1,104 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/index"
+)
+
+// maxUnwipedDisks is status.unwipedDisks' schema limit.
+const maxUnwipedDisks = 64
+
+// reconcileRetired is instance.wipe's break-glass. The Mac of a retired
+// chassis is dead, so its agent will never wipe the disks of the instances
+// being deleted on it, and their macrack.io/disk-wipe finalizers would hold
+// their namespace forever. The operator records each such disk in
+// status.unwipedDisks, in a write that lands first, and only then removes
+// the finalizer: no disk is let go unrecorded.
+func (r *Reconciler) reconcileRetired(ctx context.Context, s *scope) error {
+	if !s.node.Spec.Retired {
+		return nil
+	}
+	list := &computev1alpha1.MacOSInstanceList{}
+	if err := r.Client.List(ctx, list, client.MatchingFields{index.InstanceByNode: s.node.Name}); err != nil {
+		return fmt.Errorf("listing instances on %s: %w", s.node.Name, err)
+	}
+	var stuck []computev1alpha1.MacOSInstance
+	for _, i := range list.Items {
+		if !i.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(&i, fleetv1alpha1.DiskWipeFinalizer) {
+			stuck = append(stuck, i)
+		}
+	}
+	if len(stuck) == 0 {
+		return nil
+	}
+	if err := r.recordUnwiped(ctx, s, stuck); err != nil {
+		return err
+	}
+	log := ctrl.LoggerFrom(ctx)
+	for i := range stuck {
+		inst := &stuck[i]
+		let := inst.DeepCopy()
+		controllerutil.RemoveFinalizer(let, fleetv1alpha1.DiskWipeFinalizer)
+		if err := r.Client.Patch(ctx, let, client.MergeFromWithOptions(inst, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("removing %s from %s/%s of retired chassis %s: %w", fleetv1alpha1.DiskWipeFinalizer, inst.Namespace, inst.Name, s.node.Name, err)
+		}
+		log.Info("Let an instance of a retired chassis go without a wipe", "MacOSInstance", client.ObjectKeyFromObject(inst), "instanceUID", inst.UID)
+	}
+	return nil
+}
+
+// recordUnwiped adds the disks of stuck to status.unwipedDisks, unless
+// they are there already.
+func (r *Reconciler) recordUnwiped(ctx context.Context, s *scope, stuck []computev1alpha1.MacOSInstance) error {
+	recorded := map[types.UID]bool{}
+	for _, d := range s.node.Status.UnwipedDisks {
+		recorded[d.UID] = true
+	}
+	updated := s.node.DeepCopy()
+	var added []computev1alpha1.MacOSInstance
+	for _, i := range stuck {
+		if recorded[i.UID] {
+			continue
+		}
+		updated.Status.UnwipedDisks = append(updated.Status.UnwipedDisks, fleetv1alpha1.UnwipedDisk{
+			Namespace: i.Namespace, Name: i.Name, UID: i.UID, LeaseName: i.Spec.LeaseName,
+			RecordedAt: metav1.NewTime(s.now.UTC().Truncate(time.Second)),
+		})
+		added = append(added, i)
+	}
+	if len(added) == 0 {
+		return nil
+	}
+	if n := len(updated.Status.UnwipedDisks); n > maxUnwipedDisks {
+		// Never drop a record to make room: the disks stay held instead.
+		return fmt.Errorf("retired chassis %s would record %d unwiped disks, above the %d its status holds", s.node.Name, n, maxUnwipedDisks)
+	}
+	d, err := r.decide(ctx, updated, s.node)
+	if err != nil {
+		return err
+	}
+	if !d.Allowed() {
+		return fmt.Errorf("recording unwiped disks on MacNode %s refused: %s", s.node.Name, d.Violations[0].Message)
+	}
+	if err := r.Client.Status().Update(ctx, updated); err != nil {
+		return fmt.Errorf("recording unwiped disks on MacNode %s: %w", s.node.Name, err)
+	}
+	s.node = updated
+	for _, i := range added {
+		r.Recorder.Eventf(updated, nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonDiskLeftUnwiped, "BreakGlass",
+			"Retired chassis %s: let instance %s/%s (%s) go without wiping its disk; destroy the SSD rather than reuse it", updated.Spec.Serial, i.Namespace, i.Name, i.UID)
+	}
+	return nil
+}
