@@ -142,6 +142,9 @@ type scope struct {
 	orphaned bool
 	// freed: this pass cleared an orphaned binding.
 	freed bool
+	// holds says what keeps an orphaned binding's chassis from the pool,
+	// by its agent's report.
+	holds string
 	// agent is the heartbeat's verdict: True, False (missed) or Unknown
 	// (the agent never heartbeated); agentMessage says why.
 	agent        metav1.ConditionStatus
@@ -240,7 +243,7 @@ func (r *Reconciler) reconcileOrphanBinding(ctx context.Context, s *scope) (ctrl
 		return ctrl.Result{}, err
 	}
 	if out.Freed == nil {
-		if out.Holds != "" {
+		if s.holds = out.Holds; s.holds != "" {
 			log.Info("Orphaned binding kept: the chassis is not empty", "holds", out.Holds)
 		}
 		return ctrl.Result{}, nil
@@ -433,6 +436,9 @@ func (r *Reconciler) updateStatus(s *scope) {
 		msg := fmt.Sprintf("bound to %s/%s until at least %s", b.LeaseNamespace, b.LeaseName, b.EarliestReleaseAt.UTC().Format("2006-01-02T15:04:05Z"))
 		if s.orphaned {
 			msg += "; the lease is gone, the binding holds the chassis until then"
+		}
+		if s.holds != "" {
+			msg += "; " + s.holds
 		}
 		conditions.Set(c, conditions.True(fleetv1alpha1.ConditionLeased, fleetv1alpha1.ReasonBound, msg), gen, s.now)
 	} else {
