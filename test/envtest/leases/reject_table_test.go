@@ -72,7 +72,9 @@ var _ = Describe("(a) Two live instances per lease", func() {
 		Expect(tenant.Client.Create(ctx, newLease(tenant.Namespace, "l", class, "24h"))).To(Succeed())
 		Eventually(leasePhase(tenant.Namespace, "l")).Should(Equal(leasingv1alpha1.LeaseBound))
 
-		Expect(tenant.Client.Create(ctx, newInstance(tenant.Namespace, "ci-1", "l"))).To(Succeed(), "positive control: the first")
+		// The webhook reads the lease from the operator's cache, which may
+		// show it Bound a moment after this test's own read does.
+		Eventually(func() error { return tenant.Client.Create(ctx, newInstance(tenant.Namespace, "ci-1", "l")) }).Should(Succeed(), "positive control: the first")
 		Expect(tenant.Client.Create(ctx, newInstance(tenant.Namespace, "ci-2", "l"))).To(Succeed(), "positive control: the second")
 		// The webhook reads its caches; let them see both. A dry run, so that
 		// a probe that comes before the caches catch up stores nothing.
@@ -131,7 +133,7 @@ var _ = Describe("(b) Tenant B", func() {
 		l := getLease(b.Namespace, "build")
 		l.Status.EarliestReleaseAt = l.Status.BoundAt
 		harness.ExpectRBACDenial(b.Client.Status().Update(ctx, l), "update", "macnodeleases/status")
-		Expect(b.Client.Create(ctx, newInstance(b.Namespace, "ci-1", "build"))).To(Succeed(), "positive control: an instance in a Bound lease")
+		Eventually(func() error { return b.Client.Create(ctx, newInstance(b.Namespace, "ci-1", "build")) }).Should(Succeed(), "positive control: an instance in a Bound lease")
 		i := &computev1alpha1.MacOSInstance{}
 		Expect(b.Client.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: "ci-1"}, i)).To(Succeed())
 		i.Status.NodeName = aNode
@@ -200,7 +202,9 @@ var _ = Describe("(d) A delete at +25h", func() {
 		for _, name := range []string{"ci-1", "ci-2"} {
 			inst := newInstance(tenant.Namespace, name, "l")
 			inst.Finalizers = []string{fleetv1alpha1.DiskWipeFinalizer} // the agent's, played by the test
-			Expect(tenant.Client.Create(ctx, inst)).To(Succeed())
+			// The webhook reads the lease from the operator's cache, which
+			// may show it Bound a moment after this test's own read does.
+			Eventually(func() error { return tenant.Client.Create(ctx, inst) }).Should(Succeed())
 		}
 
 		l := getLease(tenant.Namespace, "l")
