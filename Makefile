@@ -19,12 +19,6 @@ OPA            := $(BIN)/opa-$(OPA_VERSION)
 CONFTEST       := $(BIN)/conftest-$(CONFTEST_VERSION)
 STATICCHECK    := $(BIN)/staticcheck-$(STATICCHECK_VERSION)
 
-# BUILD_ENV runs the compiler and linker without garbage collection until
-# a process nears GOMEMLIMIT: on this 24 GiB machine about 30% less compile
-# time (BENCHMARKS.md, "make test's time"). It is given to builds only,
-# never to the tests, nor to the API servers they start.
-BUILD_ENV ?= GOGC=off GOMEMLIMIT=5GiB
-
 GO_TEST_FLAGS ?= -count=1
 # Test binaries are linked without symbol tables and DWARF: about a quarter
 # less link time each, and nothing in CI reads them. Link flags only, so
@@ -39,7 +33,7 @@ all: build
 ##@ Tools (pinned; opa in the project's module graph, the others each in its own)
 
 $(CONTROLLER_GEN):
-	$(BUILD_ENV) GOBIN=$(BIN)/.gobin-controller-gen go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+	GOBIN=$(BIN)/.gobin-controller-gen go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 	mv $(BIN)/.gobin-controller-gen/controller-gen $@ && rm -rf $(BIN)/.gobin-controller-gen
 
 # opa is a tool of the project's own module (go.mod's tool directive): the
@@ -48,14 +42,14 @@ $(CONTROLLER_GEN):
 $(OPA): go.mod go.sum
 	@v=$$(go list -m -f '{{.Version}}' github.com/open-policy-agent/opa); \
 	  if [ "$$v" != "$(OPA_VERSION)" ]; then echo "go.mod has opa $$v, the Makefile $(OPA_VERSION)"; exit 1; fi
-	$(BUILD_ENV) go build -o $@ github.com/open-policy-agent/opa
+	go build -o $@ github.com/open-policy-agent/opa
 
 $(CONFTEST):
-	$(BUILD_ENV) GOBIN=$(BIN)/.gobin-conftest go install github.com/open-policy-agent/conftest@$(CONFTEST_VERSION)
+	GOBIN=$(BIN)/.gobin-conftest go install github.com/open-policy-agent/conftest@$(CONFTEST_VERSION)
 	mv $(BIN)/.gobin-conftest/conftest $@ && rm -rf $(BIN)/.gobin-conftest
 
 $(STATICCHECK):
-	$(BUILD_ENV) GOBIN=$(BIN)/.gobin-staticcheck go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	GOBIN=$(BIN)/.gobin-staticcheck go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	mv $(BIN)/.gobin-staticcheck/staticcheck $@ && rm -rf $(BIN)/.gobin-staticcheck
 
 .PHONY: tools
@@ -81,17 +75,17 @@ manifests: $(CONTROLLER_GEN) ## CRDs, RBAC and webhook manifests.
 
 .PHONY: controlplane
 controlplane: ## Build kube-apiserver, etcd and kube-controller-manager into bin/k8s from the Go module proxy.
-	$(BUILD_ENV) hack/controlplane/build.sh $(K8S_BIN) kube-apiserver etcd kube-controller-manager
+	hack/controlplane/build.sh $(K8S_BIN) kube-apiserver etcd kube-controller-manager
 
 .PHONY: kubectl
 kubectl:
-	$(BUILD_ENV) hack/controlplane/build.sh $(K8S_BIN) kubectl
+	hack/controlplane/build.sh $(K8S_BIN) kubectl
 
 ##@ Build
 
 .PHONY: build
 build: ## Build every binary into bin/.
-	$(BUILD_ENV) go build -o $(BIN)/ ./cmd/... ./hack/devcluster
+	go build -o $(BIN)/ ./cmd/... ./hack/devcluster
 
 ##@ Checks and tests
 
@@ -102,7 +96,7 @@ fmt-check:
 
 .PHONY: vet
 vet:
-	$(BUILD_ENV) go vet ./...
+	go vet ./...
 
 .PHONY: staticcheck
 staticcheck: $(STATICCHECK) ## staticcheck on every package.
@@ -135,12 +129,10 @@ unit: ## Unit tests (no control plane).
 envtest: controlplane ## Integration suites against a real kube-apiserver and etcd (some with kube-controller-manager).
 	go test $(GO_TEST_FLAGS) -ldflags '$(GO_TEST_LDFLAGS)' -timeout 25m ./test/envtest/...
 
-# go-tests is unit and envtest in one go test. The test binaries are
-# compiled and linked first, with BUILD_ENV, running no test; the run then
-# takes them from the build cache.
+# go-tests is unit and envtest in one go test: the go command links the
+# next test binaries while the envtest suites wait on their API servers.
 .PHONY: go-tests
 go-tests: controlplane
-	$(BUILD_ENV) go test -count=1 -ldflags '$(GO_TEST_LDFLAGS)' -run '^$$' ./... >/dev/null
 	go test $(GO_TEST_FLAGS) -ldflags '$(GO_TEST_LDFLAGS)' -timeout 25m ./...
 
 # On two cores a cold run is mostly compiling. The steps that leave a core
