@@ -214,12 +214,19 @@ func (rg *rig) helperOf(name string) *helper.Client {
 	return c
 }
 
-func (rg *rig) quota() *fleetv1alpha1.QuotaReport {
+// macNode reads the host's MacNode.
+func (rg *rig) macNode() *fleetv1alpha1.MacNode {
 	rg.t.Helper()
 	mn := &fleetv1alpha1.MacNode{}
 	if err := rg.c.Get(context.Background(), client.ObjectKey{Name: testNode}, mn); err != nil {
 		rg.t.Fatal(err)
 	}
+	return mn
+}
+
+func (rg *rig) quota() *fleetv1alpha1.QuotaReport {
+	rg.t.Helper()
+	mn := rg.macNode()
 	if mn.Status.Reported == nil {
 		return nil
 	}

@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -237,11 +237,4 @@ func sameHoldings(a, b fleetv1alpha1.HostInventory) bool {
 	return equality.Semantic.DeepEqual(a, b)
 }
 
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return slices.Clip(keys)
-}
+func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }

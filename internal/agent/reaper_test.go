@@ -45,10 +45,7 @@ func (rg *rig) diskExists(name string) bool {
 // the instance is gone.
 func (rg *rig) freeSlot(name string) {
 	rg.t.Helper()
-	mn := &fleetv1alpha1.MacNode{}
-	if err := rg.c.Get(context.Background(), client.ObjectKey{Name: testNode}, mn); err != nil {
-		rg.t.Fatal(err)
-	}
+	mn := rg.macNode()
 	var kept []fleetv1alpha1.Slot
 	for _, s := range mn.Status.Slots {
 		if s.Name != name {
@@ -80,10 +77,7 @@ func (rg *rig) vanish(c client.Client, name string) {
 
 func (rg *rig) inventory() *fleetv1alpha1.HostInventory {
 	rg.t.Helper()
-	mn := &fleetv1alpha1.MacNode{}
-	if err := rg.c.Get(context.Background(), client.ObjectKey{Name: testNode}, mn); err != nil {
-		rg.t.Fatal(err)
-	}
+	mn := rg.macNode()
 	if mn.Status.Reported == nil {
 		return nil
 	}
