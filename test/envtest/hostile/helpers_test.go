@@ -86,6 +86,27 @@ func leaseOne(class string) leasedChassis {
 	return leasedChassis{tenant: t, lease: l, inst: inst}
 }
 
+// takeInHand adds the agent's macrack.io/disk-wipe finalizer to inst, as
+// e's agent does when the instance is placed on its chassis.
+func takeInHand(e enrolled, inst *computev1alpha1.MacOSInstance) {
+	GinkgoHelper()
+	Expect(e.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
+		"finalizers": []any{fleetv1alpha1.DiskWipeFinalizer}}}))).To(Succeed(), "positive control: the agent takes the instance in hand")
+}
+
+// wipeAndLetGo does as e's agent does after a wipe: it records the wipe in
+// status.runtime.wipedAt, then leaves inst only the finalizers keep.
+func wipeAndLetGo(e enrolled, inst *computev1alpha1.MacOSInstance, keep ...string) {
+	GinkgoHelper()
+	Expect(e.client.Status().Patch(ctx, inst, mergePatch(map[string]any{"status": map[string]any{
+		"runtime": map[string]any{"phase": string(computev1alpha1.VMStopped), "wipedAt": time.Now().UTC().Format(time.RFC3339)}}}))).To(Succeed())
+	finalizers := []any{}
+	for _, f := range keep {
+		finalizers = append(finalizers, f)
+	}
+	Expect(e.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{"finalizers": finalizers}}))).To(Succeed())
+}
+
 func macNode(name string) *fleetv1alpha1.MacNode {
 	GinkgoHelper()
 	mn := &fleetv1alpha1.MacNode{}

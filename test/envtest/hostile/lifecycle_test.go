@@ -61,8 +61,7 @@ var _ = Describe("lifecycle", Ordered, ContinueOnFailure, func() {
 	It("lets no one but the node's agent, after the wipe, strip macrack.io/disk-wipe", func() {
 		leased := leaseOne(class)
 		inst := leased.inst.DeepCopy()
-		Expect(a.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
-			"finalizers": []any{fleetv1alpha1.DiskWipeFinalizer}}}))).To(Succeed(), "positive control: the agent takes the instance in hand")
+		takeInHand(a, inst)
 
 		By("the tenant strips every finalizer")
 		harness.ExpectPolicyDenial(leased.tenant.Client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{"finalizers": nil}})), "instance.wipe")
@@ -77,10 +76,7 @@ var _ = Describe("lifecycle", Ordered, ContinueOnFailure, func() {
 			"finalizers": []any{fleetv1alpha1.DiskWipeFinalizer}}}))).To(Succeed(), "positive control: the tenant removes its own finalizer")
 
 		By("the agent, once it is")
-		Expect(a.client.Status().Patch(ctx, inst, mergePatch(map[string]any{"status": map[string]any{
-			"runtime": map[string]any{"phase": string(computev1alpha1.VMStopped), "wipedAt": time.Now().UTC().Format(time.RFC3339)}}}))).To(Succeed())
-		Expect(a.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
-			"finalizers": []any{}}}))).To(Succeed())
+		wipeAndLetGo(a, inst)
 
 		Expect(leased.tenant.Client.Delete(ctx, inst)).To(Succeed())
 		Expect(leased.tenant.Client.Delete(ctx, leased.lease.DeepCopy())).To(Succeed())
@@ -140,10 +136,7 @@ var _ = Describe("lifecycle", Ordered, ContinueOnFailure, func() {
 		Consistently(func() *fleetv1alpha1.Binding { return macNode(a.node).Status.Binding }, 2*time.Second).ShouldNot(BeNil())
 
 		By("the agent stops the VM, wipes the disk and lets the instance go")
-		Expect(a.client.Status().Patch(ctx, inst, mergePatch(map[string]any{"status": map[string]any{
-			"runtime": map[string]any{"phase": string(computev1alpha1.VMStopped), "wipedAt": time.Now().UTC().Format(time.RFC3339)}}}))).To(Succeed())
-		Expect(a.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
-			"finalizers": []any{"example.com/keep"}}}))).To(Succeed())
+		wipeAndLetGo(a, inst, "example.com/keep")
 
 		Eventually(func() *fleetv1alpha1.Binding { return macNode(a.node).Status.Binding }).Should(BeNil(),
 			"MacRack's work is done: the tenant's own finalizer does not hold the chassis")
@@ -158,8 +151,7 @@ var _ = Describe("lifecycle", Ordered, ContinueOnFailure, func() {
 		leased := leaseOne(class)
 		Expect(leased.lease.Status.NodeName).To(Equal(a.node))
 		inst := leased.inst.DeepCopy()
-		Expect(a.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
-			"finalizers": []any{fleetv1alpha1.DiskWipeFinalizer}}}))).To(Succeed())
+		takeInHand(a, inst)
 		By("the agent reports the instance's VM and disk on the chassis")
 		reportInventory(a, []fleetv1alpha1.HostVM{{UID: inst.UID, State: "Running"}}, []types.UID{inst.UID})
 
@@ -171,9 +163,7 @@ var _ = Describe("lifecycle", Ordered, ContinueOnFailure, func() {
 		}).ShouldNot(BeNil(), "release deletes the lease's instances")
 
 		By("the instance is wiped and goes, but the agent's report still lists its VM and disk")
-		Expect(a.client.Status().Patch(ctx, inst, mergePatch(map[string]any{"status": map[string]any{
-			"runtime": map[string]any{"phase": string(computev1alpha1.VMStopped), "wipedAt": time.Now().UTC().Format(time.RFC3339)}}}))).To(Succeed())
-		Expect(a.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{"finalizers": []any{}}}))).To(Succeed())
+		wipeAndLetGo(a, inst)
 		Eventually(func() bool { return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(inst), inst)) }).Should(BeTrue())
 		released := func() metav1.Condition {
 			l := &leasingv1alpha1.MacNodeLease{}
@@ -228,8 +218,7 @@ var _ = Describe("a retired chassis", Ordered, ContinueOnFailure, func() {
 		leased := leaseOne(class)
 		Expect(leased.lease.Status.NodeName).To(Equal(b.node))
 		inst := leased.inst.DeepCopy()
-		Expect(b.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
-			"finalizers": []any{fleetv1alpha1.DiskWipeFinalizer}}}))).To(Succeed())
+		takeInHand(b, inst)
 
 		By("an administrator retires the chassis, whose Mac is dead")
 		Expect(admin.Patch(ctx, &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: b.node}},
