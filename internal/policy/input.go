@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -82,9 +83,10 @@ func (p Params) Validate() error {
 	return nil
 }
 
-// Data is the params as a ConfigMap's data.
-func (p Params) Data() map[string]any {
-	d := map[string]any{}
+// Data is the params as a ConfigMap's data: what Rego reads as
+// params.data, and what the params ConfigMap records.
+func (p Params) Data() map[string]string {
+	d := map[string]string{}
 	if p.AgentsNamespace != "" {
 		d["agentsNamespace"] = p.AgentsNamespace
 	}
@@ -197,51 +199,6 @@ func resourceFor(gk schema.GroupKind) (schema.GroupResource, string, bool) {
 	return schema.GroupResource{}, "", false
 }
 
-// regoDoc renders the input as the JSON document Rego reads. Absent (nil)
-// objects are left out, as OPA has no undefined values in JSON.
-func (in *Input) regoDoc() map[string]any {
-	groups := make([]any, len(in.Request.UserInfo.Groups))
-	for i, g := range in.Request.UserInfo.Groups {
-		groups[i] = g
-	}
-	doc := map[string]any{
-		"request": map[string]any{
-			"operation": in.Request.Operation,
-			"kind": map[string]any{
-				"group": in.Request.Kind.Group, "version": in.Request.Kind.Version, "kind": in.Request.Kind.Kind,
-			},
-			"resource": map[string]any{
-				"group": in.Request.Resource.Group, "version": in.Request.Resource.Version, "resource": in.Request.Resource.Resource,
-			},
-			"subResource": in.Request.SubResource,
-			"name":        in.Request.Name,
-			"namespace":   in.Request.Namespace,
-			"userInfo": map[string]any{
-				"username": in.Request.UserInfo.Username,
-				"uid":      in.Request.UserInfo.UID,
-				"groups":   groups,
-			},
-		},
-		"params":    map[string]any{"data": in.Params.Data()},
-		"now":       in.Now.UTC().Format(time.RFC3339Nano),
-		"inventory": orEmpty(in.Inventory),
-	}
-	if in.Object != nil {
-		doc["object"] = in.Object
-	}
-	if in.OldObject != nil {
-		doc["oldObject"] = in.OldObject
-	}
-	return doc
-}
-
-func orEmpty(m map[string]any) map[string]any {
-	if m == nil {
-		return map[string]any{}
-	}
-	return m
-}
-
 // describe names the request for logs and messages.
 func (r Request) describe() string {
 	var b strings.Builder
@@ -259,14 +216,28 @@ func (r Request) describe() string {
 	return b.String()
 }
 
-// RegoDocument is the JSON document Rego reads for in, after the same
-// completion and stripping Decide applies. Generators use it, so that `opa
-// test` sees exactly the engine's input.
+// RegoDocument is the JSON document Rego reads for in: the engine's own
+// input value, after the same completion and stripping Decide applies,
+// rendered as JSON. Generators use it, so that `opa test` sees exactly the
+// engine's input.
 func RegoDocument(in Input) (map[string]any, error) {
 	in.Object = StripManagedFields(in.Object)
 	in.OldObject = StripManagedFields(in.OldObject)
 	if err := in.complete(); err != nil {
 		return nil, err
 	}
-	return in.regoDoc(), nil
+	var b regoInput
+	v, err := b.value(&in)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := ast.JSON(v)
+	if err != nil {
+		return nil, err
+	}
+	m, ok := doc.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: the Rego input is a %T, not an object", ErrInput, doc)
+	}
+	return m, nil
 }

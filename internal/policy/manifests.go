@@ -33,10 +33,6 @@ func (e *Engine) AdmissionPolicies(p Params) ([]AdmissionPolicy, error) {
 // ParamsConfigMap records the settings the policies were rendered with, for
 // reviewers and `kubectl get`; no policy reads it.
 func ParamsConfigMap(namespace string, p Params) *corev1.ConfigMap {
-	data := map[string]string{}
-	for k, v := range p.Data() {
-		data[k] = v.(string)
-	}
 	return &corev1.ConfigMap{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -44,6 +40,6 @@ func ParamsConfigMap(namespace string, p Params) *corev1.ConfigMap {
 			Namespace: namespace,
 			Labels:    map[string]string{"app.kubernetes.io/part-of": "macrack"},
 		},
-		Data: data,
+		Data: p.Data(),
 	}
 }

@@ -9,12 +9,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// regoInput builds the value Rego reads straight from the Input, without the
-// intermediate JSON document of regoDoc: on a realistic request the
-// conversion costs as much as a rule. The parts that repeat across requests
-// (the request's kind and resource, the params) are converted once and
-// shared; OPA values are immutable, so sharing them is safe. A test holds it
-// equal to ast.InterfaceToValue(regoDoc()).
+// regoInput builds the value Rego reads from an Input: the one Rego-input
+// builder. RegoDocument renders the same value as JSON for `opa test`. The
+// parts that repeat across requests (the request's kind and resource, the
+// params) are built once and shared, and an update's object shares the
+// terms of its oldObject (convertLike): measured in BENCHMARKS.md, "Where
+// the time goes". OPA values are immutable, so sharing them is safe.
 type regoInput struct {
 	kinds     boundedCache[schema.GroupVersionKind, *ast.Term]
 	resources boundedCache[schema.GroupVersionResource, *ast.Term]
@@ -110,7 +110,7 @@ func (c *regoInput) value(in *Input) (ast.Value, error) {
 		[2]*ast.Term{keyNow, ast.StringTerm(in.Now.UTC().Format(time.RFC3339Nano))},
 		[2]*ast.Term{keyInventory, ast.NewTerm(inventory)},
 	)
-	// Absent objects are left out, as in regoDoc. The object shares the
+	// Absent objects are left out: JSON has no undefined. The object shares the
 	// terms of what it has in common with the oldObject.
 	var oldV ast.Value
 	if in.OldObject != nil {
@@ -133,6 +133,13 @@ func (c *regoInput) value(in *Input) (ast.Value, error) {
 		pairs = append(pairs, [2]*ast.Term{keyObject, ast.NewTerm(v)})
 	}
 	return ast.NewObject(pairs...), nil
+}
+
+func orEmpty(m map[string]any) map[string]any {
+	if m == nil {
+		return map[string]any{}
+	}
+	return m
 }
 
 func (c *regoInput) kind(gvk schema.GroupVersionKind) *ast.Term {
