@@ -44,7 +44,7 @@ func TestPolicyTest(t *testing.T) {
 		{name: "a Rego rule changed to accept 23h fails its own unit tests by name",
 			dir: func(t *testing.T) string {
 				dir := copyTree(t, policiesDir)
-				editFile(t, filepath.Join(dir, "lease", "floor.rego"), "< 86400000000000", "< 82800000000000")
+				editFile(t, filepath.Join(dir, "lease", "floor.rego"), "floor_ns := 86400000000000", "floor_ns := 82800000000000")
 				return dir
 			},
 			want: expectation{code: 1, stdout: []string{

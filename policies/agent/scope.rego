@@ -43,123 +43,94 @@ violations contains {"code": code, "message": msg} if {
 
 violations contains {"code": code, "message": sprintf("agent.scope: agent %s %s", [node, problem])} if {
 	node
-	some problem in problems
+	some problem in problems[input.request.kind.kind]
 }
 
 # Who asks. The operator writes the agents' namespace into the policy it
 # applies; without one, no request is an agent's.
 
-agents_namespace := object.get(input, ["params", "data", "agentsNamespace"], "")
+from_agents_namespace if concat("", ["system:serviceaccounts:", lib.agents_namespace]) in object.get(input, ["request", "userInfo", "groups"], [])
 
-from_agents_namespace if {
-	agents_namespace != ""
-	concat("", ["system:serviceaccounts:", agents_namespace]) in object.get(input, ["request", "userInfo", "groups"], [])
-}
-
-from_agents_namespace if {
-	agents_namespace != ""
-	startswith(lib.username, concat("", ["system:serviceaccount:", agents_namespace, ":"]))
-}
-
-agent_prefix := concat("", ["system:serviceaccount:", agents_namespace, ":agent-"])
+from_agents_namespace if startswith(lib.username, concat("", ["system:serviceaccount:", lib.agents_namespace, ":"]))
 
 # node is the requester's node, when the requester is the agent of one.
 node := n if {
 	from_agents_namespace
-	startswith(lib.username, agent_prefix)
 	n := trim_prefix(lib.username, agent_prefix)
-	n != ""
+	lib.is_agent_of(n)
 }
 
-kind := input.request.kind.kind
+agent_prefix := concat("", ["system:serviceaccount:", lib.agents_namespace, ":agent-"])
 
 # name is the name of the object written (or, on DELETE, of the stored one).
 name := object.get(lib.new, ["metadata", "name"], object.get(lib.old, ["metadata", "name"], ""))
 
-# Node: registered once, then only the agent's own facts.
-
-problems contains sprintf("may not write Node %s", [name]) if {
-	kind == "Node"
-	name != node
+# MacNodes and instances are the operator's to create and delete.
+problems[kind] contains sprintf("may not %s a %s", [lower(lib.operation), kind]) if {
+	some kind in {"MacNode", "MacOSInstance"}
+	input.request.operation in {"CREATE", "DELETE"}
 }
 
-problems contains "may not delete its Node" if {
-	kind == "Node"
-	lib.operation == "DELETE"
+# Node: its own, registered once with only the unleased taint, then only
+# the agent's own facts.
+
+problems.Node contains sprintf("may not write Node %s", [name]) if name != node
+
+problems.Node contains "may not delete its Node" if input.request.operation == "DELETE"
+
+problems.Node contains problem if {
+	input.request.operation == "CREATE"
+	some problem in node_registration_problems
 }
 
-problems contains sprintf("must create its Node with exactly the macrack.io/unleased taint among macrack.io/ taints, not %v", [sort(keys)]) if {
-	kind == "Node"
-	lib.operation == "CREATE"
-	keys := {t.key | some t in taints(lib.new); startswith(t.key, "macrack.io/")}
+problems.Node contains problem if {
+	input.request.operation == "UPDATE"
+	some problem in node_update_problems
+}
+
+node_registration_problems contains sprintf("must create its Node with exactly the macrack.io/unleased taint among macrack.io/ taints, not %v", [sort(keys)]) if {
+	keys := {t.key | some t in object.get(lib.new, ["spec", "taints"], []); startswith(t.key, "macrack.io/")}
 	keys != {"macrack.io/unleased"}
 }
 
-problems contains "may not set the macrack.io/tenant label" if {
-	kind == "Node"
-	lib.operation == "CREATE"
-	tenant_label(lib.new) != null
+node_registration_problems contains "may not set the macrack.io/tenant label" if {
+	object.get(lib.new, ["metadata", "labels", tenant_label], null) != null
 }
 
-problems contains "may not change macrack.io/ taints on its Node" if {
-	kind == "Node"
-	lib.operation == "UPDATE"
-	lib.macrack_taints(lib.new) != lib.macrack_taints(lib.old)
-}
+node_update_problems contains "may not change macrack.io/ taints on its Node" if lib.macrack_taints(lib.new) != lib.macrack_taints(lib.old)
 
-problems contains "may not change the macrack.io/tenant label on its Node" if {
-	kind == "Node"
-	lib.operation == "UPDATE"
-	tenant_label(lib.new) != tenant_label(lib.old)
-}
+node_update_problems contains "may not change the macrack.io/tenant label on its Node" if lib.changed(["metadata", "labels", tenant_label])
 
-taints(n) := object.get(n, ["spec", "taints"], [])
-
-tenant_label(n) := object.get(n, ["metadata", "labels", "macrack.io/tenant"], null)
+tenant_label := "macrack.io/tenant"
 
 # MacNode: only status.reported of its own.
 
-problems contains sprintf("may not %s a MacNode", [lower(lib.operation)]) if {
-	kind == "MacNode"
-	lib.operation in {"CREATE", "DELETE"}
+problems.MacNode contains problem if {
+	input.request.operation == "UPDATE"
+	some problem in macnode_update_problems
 }
 
-problems contains sprintf("may not write MacNode %s", [name]) if {
-	kind == "MacNode"
-	lib.operation == "UPDATE"
-	name != node
-}
+macnode_update_problems contains sprintf("may not write MacNode %s", [name]) if name != node
 
-problems contains sprintf("may change only status.reported of its MacNode, not %s", [field]) if {
-	kind == "MacNode"
-	lib.operation == "UPDATE"
-	fields := (changed_spec | changed_status(operator_status)) | changed_metadata({"labels", "annotations", "finalizers", "ownerReferences"})
-	some field in fields
+macnode_update_problems contains sprintf("may change only status.reported of its MacNode, not %s", [field]) if {
+	some field in changed_fields({"phase", "observedGeneration", "conditions", "binding", "slots", "history"}, {"labels", "annotations", "finalizers", "ownerReferences"})
 }
-
-# operator_status are the MacNode status fields the operator owns.
-operator_status := {"phase", "observedGeneration", "conditions", "binding", "slots", "history"}
 
 # MacOSInstance: only those placed on its node, and only status.runtime and
 # the macrack.io/disk-wipe finalizer.
 
-problems contains sprintf("may not %s a MacOSInstance", [lower(lib.operation)]) if {
-	kind == "MacOSInstance"
-	lib.operation in {"CREATE", "DELETE"}
+problems.MacOSInstance contains problem if {
+	input.request.operation == "UPDATE"
+	some problem in instance_update_problems
 }
 
-problems contains sprintf("may write only instances placed on its node, not one on %s", [lib.show(placed)]) if {
-	kind == "MacOSInstance"
-	lib.operation == "UPDATE"
+instance_update_problems contains sprintf("may write only instances placed on its node, not one on %s", [lib.show(placed)]) if {
 	some placed in {object.get(lib.old, ["status", "nodeName"], ""), object.get(lib.new, ["status", "nodeName"], "")}
 	placed != node
 }
 
-problems contains sprintf("may change only status.runtime and the macrack.io/disk-wipe finalizer of an instance, not %s", [field]) if {
-	kind == "MacOSInstance"
-	lib.operation == "UPDATE"
-	fields := ((changed_spec | changed_status({"nodeName", "observedGeneration", "conditions"})) | changed_metadata({"labels", "annotations", "ownerReferences"})) | changed_other_finalizers
-	some field in fields
+instance_update_problems contains sprintf("may change only status.runtime and the macrack.io/disk-wipe finalizer of an instance, not %s", [field]) if {
+	some field in (changed_fields({"nodeName", "observedGeneration", "conditions"}, {"labels", "annotations", "ownerReferences"}) | changed_other_finalizers)
 }
 
 changed_other_finalizers := {"metadata.finalizers"} if {
@@ -168,55 +139,46 @@ changed_other_finalizers := {"metadata.finalizers"} if {
 
 other_finalizers(o) := [f | some f in object.get(o, ["metadata", "finalizers"], []); f != "macrack.io/disk-wipe"]
 
-# What an update changed: the spec, the named status fields, the named
-# metadata fields (absent is the same as empty).
+# changed_fields are what an update changed of the spec, the named status
+# fields and the named metadata fields (absent is the same as empty).
+changed_fields(status, metadata) := (changed_spec | {sprintf("status.%s", [f]) | some f in status; lib.changed(["status", f])}) | {sprintf("metadata.%s", [f]) |
+	some f in metadata
+	object.get(lib.new, ["metadata", f], empty_metadata[f]) != object.get(lib.old, ["metadata", f], empty_metadata[f])
+}
 
 changed_spec := {"spec"} if {
 	object.get(lib.new, "spec", {}) != object.get(lib.old, "spec", {})
 } else := set()
 
-changed_status(fields) := {sprintf("status.%s", [f]) |
-	some f in fields
-	object.get(lib.new, ["status", f], null) != object.get(lib.old, ["status", f], null)
-}
-
-changed_metadata(fields) := {sprintf("metadata.%s", [f]) |
-	some f in fields
-	object.get(lib.new, ["metadata", f], empty_metadata[f]) != object.get(lib.old, ["metadata", f], empty_metadata[f])
-}
-
 empty_metadata := {"labels": {}, "annotations": {}, "finalizers": [], "ownerReferences": []}
 
 # coordination.k8s.io Lease: its heartbeat only.
 
-problems contains sprintf("may write only its own Lease kube-node-lease/%s, not %s/%s", [node, namespace, name]) if {
-	kind == "Lease"
+problems.Lease contains sprintf("may write only its own Lease kube-node-lease/%s, not %s/%s", [node, namespace, name]) if {
 	input.request.kind.group == "coordination.k8s.io"
-	namespace := object.get(input.request, "namespace", "")
-	not own_node_lease(namespace)
+	not own_node_lease
 }
 
-own_node_lease(namespace) if {
+own_node_lease if {
 	namespace == "kube-node-lease"
 	name == node
 }
 
+namespace := object.get(input.request, "namespace", "")
+
 # Tokens: for itself only, for the API server's audiences, for at most 24h.
 
-problems contains sprintf("may request tokens only for itself, not for %s/%s", [namespace, sa]) if {
-	kind == "TokenRequest"
-	namespace := object.get(input.request, "namespace", "")
+problems.TokenRequest contains sprintf("may request tokens only for itself, not for %s/%s", [namespace, sa]) if {
 	sa := object.get(input.request, "name", "")
-	not own_service_account(namespace, sa)
+	not own_service_account(sa)
 }
 
-own_service_account(namespace, sa) if {
-	namespace == agents_namespace
+own_service_account(sa) if {
+	namespace == lib.agents_namespace
 	sa == concat("", ["agent-", node])
 }
 
-problems contains sprintf("may request tokens only for the API server's audiences %v, not %v", [sort(api_audiences), sort(audiences)]) if {
-	kind == "TokenRequest"
+problems.TokenRequest contains sprintf("may request tokens only for the API server's audiences %v, not %v", [sort(api_audiences), sort(audiences)]) if {
 	audiences := {a | some a in object.get(lib.new, ["spec", "audiences"], [])}
 	audiences != api_audiences
 }
@@ -227,8 +189,7 @@ api_audiences := {a |
 	a != ""
 }
 
-problems contains sprintf("may request tokens for at most %ds, not %s", [max_token_seconds, lib.show(seconds)]) if {
-	kind == "TokenRequest"
+problems.TokenRequest contains sprintf("may request tokens for at most %ds, not %s", [max_token_seconds, lib.show(seconds)]) if {
 	seconds := object.get(lib.new, ["spec", "expirationSeconds"], "unset")
 	not token_within_bound(seconds)
 }
@@ -241,11 +202,9 @@ token_within_bound(seconds) if {
 # Events: only about its own Node and MacNode (core Events name their
 # subject involvedObject, events.k8s.io ones regarding).
 
-problems contains sprintf("may write Events only about its own Node and MacNode, not %s %s", [object.get(subject, "kind", ""), object.get(subject, "name", "")]) if {
-	kind == "Event"
-	lib.operation in {"CREATE", "UPDATE"}
-	subject := event_subject
-	not own_chassis(subject)
+problems.Event contains sprintf("may write Events only about its own Node and MacNode, not %s %s", [object.get(event_subject, "kind", ""), object.get(event_subject, "name", "")]) if {
+	input.request.operation in {"CREATE", "UPDATE"}
+	not own_chassis(event_subject)
 }
 
 event_subject := object.get(lib.new, "regarding", {}) if {

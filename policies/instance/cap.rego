@@ -23,11 +23,38 @@ code := "instance.cap"
 
 cap := lib.vm_capacity
 
-uid := object.get(lib.new, ["metadata", "uid"], "")
+# A lease runs at most cap live instances.
+violations contains {"code": code, "message": msg} if {
+	input.request.kind.kind == "MacOSInstance"
+	input.request.operation == "CREATE"
+	live := others(object.get(input, ["inventory", "leaseInstances"], []))
+	count(live) >= cap
+	msg := sprintf("instance.cap: lease %s already has %d live instances (%s); a chassis runs at most %d", [
+		object.get(lib.new, ["spec", "leaseName"], "?"), count(live), concat(", ", sort(live)), cap,
+	])
+}
 
-name := object.get(lib.new, ["metadata", "name"], "")
+# A node runs at most cap live instances.
+violations contains {"code": code, "message": msg} if {
+	input.request.kind.kind == "MacOSInstance"
+	input.request.operation == "UPDATE"
+	node := lib.newly_placed_on
+	live := others(object.get(input, ["inventory", "nodeInstances"], []))
+	count(live) >= cap
+	msg := sprintf("instance.cap: node %s already runs %d live instances (%s); it runs at most %d", [node, count(live), concat(", ", sort(live)), cap])
+}
 
-# others are the live instances in list other than the one being written.
+# A MacNode has at most cap slots.
+violations contains {"code": code, "message": msg} if {
+	input.request.kind.kind == "MacNode"
+	input.request.operation in {"CREATE", "UPDATE"}
+	slots := object.get(lib.new, ["status", "slots"], [])
+	count(slots) > cap
+	msg := sprintf("instance.cap: MacNode %s has %d slots; its class allows at most %d", [name, count(slots), cap])
+}
+
+# others are the names of the live instances in list, other than the one
+# being written.
 others(list) := [sprintf("%s", [i.metadata.name]) |
 	some i in list
 	lib.live(i)
@@ -47,31 +74,6 @@ same_instance(i) if {
 	object.get(i, ["metadata", "namespace"], "") == object.get(lib.new, ["metadata", "namespace"], "")
 }
 
-violations contains {"code": code, "message": msg} if {
-	input.request.kind.kind == "MacOSInstance"
-	input.request.operation == "CREATE"
-	live := others(object.get(input, ["inventory", "leaseInstances"], []))
-	count(live) >= cap
-	msg := sprintf("instance.cap: lease %s already has %d live instances (%s); a chassis runs at most %d", [
-		object.get(lib.new, ["spec", "leaseName"], "?"), count(live), concat(", ", sort(live)), cap,
-	])
-}
+uid := object.get(lib.new, ["metadata", "uid"], "")
 
-violations contains {"code": code, "message": msg} if {
-	input.request.kind.kind == "MacOSInstance"
-	input.request.operation == "UPDATE"
-	node := object.get(lib.new, ["status", "nodeName"], "")
-	node != ""
-	node != object.get(lib.old, ["status", "nodeName"], "")
-	live := others(object.get(input, ["inventory", "nodeInstances"], []))
-	count(live) >= cap
-	msg := sprintf("instance.cap: node %s already runs %d live instances (%s); it runs at most %d", [node, count(live), concat(", ", sort(live)), cap])
-}
-
-violations contains {"code": code, "message": msg} if {
-	input.request.kind.kind == "MacNode"
-	input.request.operation in {"CREATE", "UPDATE"}
-	slots := object.get(lib.new, ["status", "slots"], [])
-	count(slots) > cap
-	msg := sprintf("instance.cap: MacNode %s has %d slots; its class allows at most %d", [name, count(slots), cap])
-}
+name := object.get(lib.new, ["metadata", "name"], "")

@@ -17,19 +17,18 @@ import data.macrack.lib
 
 code := "instance.image"
 
-violations contains {"code": code, "message": msg} if {
-	lib.operation == "CREATE"
-	not is_object(object.get(input, ["inventory", "image"], null))
-	msg := sprintf("instance.image: MacOSImage %s does not exist", [image_name])
+violations contains {"code": code, "message": concat("", ["instance.image: ", problem])} if {
+	input.request.kind.kind == "MacOSInstance"
+	input.request.operation == "CREATE"
+	some problem in problems
 }
 
-violations contains {"code": code, "message": msg} if {
-	lib.operation == "CREATE"
+problems contains sprintf("MacOSImage %s does not exist", [image_name]) if not is_object(object.get(input, ["inventory", "image"], null))
+
+problems contains sprintf("disk %s is smaller than image %s, which needs %s", [lib.show(disk), image_name, lib.show(image.spec.size)]) if {
 	image := input.inventory.image
 	disk := object.get(lib.new, ["spec", "disk"], null)
-	lib.is_quantity(disk)
 	lib.quantity(disk) < image_size(image)
-	msg := sprintf("instance.image: disk %s is smaller than image %s, which needs %s", [lib.show(disk), image_name, lib.show(image.spec.size)])
 }
 
 image_name := object.get(lib.new, ["spec", "imageName"], "")

@@ -17,13 +17,15 @@ import data.macrack.lib
 
 code := "instance.tenant"
 
-# violations: none for an instance created in the namespace of the Bound
-# lease it names, a lease not being deleted; or updated with that lease and
-# no new placement; else the checks one by one. Each clause is sufficient for
-# "no check fires", and opens with the request's kind and operation. (An
-# else chain, not a negation, which would cost a nested evaluation; the
-# checks alone write the denial messages.)
-violations := set() if {
+# Fast form: BENCHMARKS.md, "Policy engine".
+violations := set() if routine_write
+
+else := checks
+
+# An instance created in the namespace of the Bound lease it names, a lease
+# not being deleted, or updated with that lease and no new placement, has
+# none of the problems below.
+routine_write if {
 	input.request.kind.kind == "MacOSInstance"
 	input.request.operation == "CREATE"
 	lease := input.inventory.lease
@@ -32,7 +34,9 @@ violations := set() if {
 	object.get(lease, ["metadata", "name"], "") == object.get(input, ["object", "spec", "leaseName"], "")
 	object.get(lease, ["status", "phase"], "Pending") == "Bound"
 	object.get(lease, ["metadata", "deletionTimestamp"], null) == null
-} else := set() if {
+}
+
+routine_write if {
 	input.request.kind.kind == "MacOSInstance"
 	input.request.operation == "UPDATE"
 	lease := input.inventory.lease
@@ -40,81 +44,67 @@ violations := set() if {
 	object.get(lease, ["metadata", "namespace"], "") == object.get(input, ["object", "metadata", "namespace"], "")
 	object.get(lease, ["metadata", "name"], "") == object.get(input, ["object", "spec", "leaseName"], "")
 	object.get(input, ["object", "status", "nodeName"], "") == object.get(input, ["oldObject", "status", "nodeName"], "")
-} else := checks
+}
 
-# Every check opens with the guard on the kind and the operation, which OPA's
-# rule index decides before it evaluates a body, and reads the input
-# directly: object.get(input, ["object", ...]) reads the object as lib.new
-# would ({} where absent or null), without the cost of a virtual document.
-
-checks contains {"code": code, "message": msg} if {
+checks contains {"code": code, "message": concat("", ["instance.tenant: ", problem])} if {
 	input.request.kind.kind == "MacOSInstance"
+	some problem in problems
+}
+
+problems contains problem if {
 	input.request.operation == "CREATE"
-
-	# object.get, not input.inventory.lease: OPA would lift an undefined
-	# reference out of the negation, and the body would fail.
-	not is_object(object.get(input, ["inventory", "lease"], null))
-	msg := sprintf("instance.tenant: lease %s not found in namespace %s", [lease_name, namespace])
+	some problem in creation_problems
 }
 
-# The supplied lease is in the instance's namespace, and is the one it names.
-
-checks contains {"code": code, "message": msg} if {
-	input.request.kind.kind == "MacOSInstance"
+problems contains problem if {
 	input.request.operation in {"CREATE", "UPDATE"}
-	lease := input.inventory.lease
-	is_object(lease)
-	lease_ns := object.get(lease, ["metadata", "namespace"], "")
-	lease_ns != object.get(input, ["object", "metadata", "namespace"], "")
-	msg := sprintf("instance.tenant: an instance in namespace %s cannot use lease %s/%s of another namespace", [namespace, lease_ns, object.get(lease, ["metadata", "name"], "")])
+	some problem in lease_problems
 }
 
-checks contains {"code": code, "message": msg} if {
-	input.request.kind.kind == "MacOSInstance"
-	input.request.operation in {"CREATE", "UPDATE"}
-	lease := input.inventory.lease
-	is_object(lease)
-	supplied := object.get(lease, ["metadata", "name"], "")
-	supplied != object.get(input, ["object", "spec", "leaseName"], "")
-	msg := sprintf("instance.tenant: the instance names lease %s, but the lease supplied is %s", [lease_name, supplied])
+problems contains problem if {
+	input.request.operation == "UPDATE"
+	some problem in placement_problems
 }
 
-# A new instance needs a Bound lease that is not being deleted.
+# A new instance names a lease that exists, is Bound, and is not being deleted.
 
-checks contains {"code": code, "message": msg} if {
-	input.request.kind.kind == "MacOSInstance"
-	input.request.operation == "CREATE"
-	lease := input.inventory.lease
-	is_object(lease)
+creation_problems contains sprintf("lease %s not found in namespace %s", [lease_name, namespace]) if not is_object(object.get(input, ["inventory", "lease"], null))
+
+creation_problems contains sprintf("lease %s/%s is %s, not Bound; instances can be created only in a Bound lease", [namespace, lease_name, phase]) if {
 	phase := object.get(lease, ["status", "phase"], "Pending")
 	phase != "Bound"
-	msg := sprintf("instance.tenant: lease %s/%s is %s, not Bound; instances can be created only in a Bound lease", [namespace, lease_name, phase])
 }
 
-checks contains {"code": code, "message": msg} if {
-	input.request.kind.kind == "MacOSInstance"
-	input.request.operation == "CREATE"
-	lease := input.inventory.lease
-	is_object(lease)
-	lease.metadata.deletionTimestamp != null
+creation_problems contains sprintf("lease %s/%s is being deleted; instances can be created only in a Bound lease", [namespace, lease_name]) if {
+	object.get(lease, ["metadata", "deletionTimestamp"], null) != null
 	object.get(lease, ["status", "phase"], "Pending") == "Bound"
-	msg := sprintf("instance.tenant: lease %s/%s is being deleted; instances can be created only in a Bound lease", [namespace, lease_name])
+}
+
+# The lease supplied is the one the instance names, in its own namespace.
+
+lease_problems contains sprintf("an instance in namespace %s cannot use lease %s/%s of another namespace", [namespace, lease_ns, object.get(lease, ["metadata", "name"], "")]) if {
+	lease_ns := object.get(lease, ["metadata", "namespace"], "")
+	lease_ns != namespace
+}
+
+lease_problems contains sprintf("the instance names lease %s, but the lease supplied is %s", [lease_name, supplied]) if {
+	supplied := object.get(lease, ["metadata", "name"], "")
+	supplied != lease_name
 }
 
 # An instance is placed only on its lease's node.
 
-checks contains {"code": code, "message": msg} if {
-	input.request.kind.kind == "MacOSInstance"
-	input.request.operation == "UPDATE"
-	node := object.get(input, ["object", "status", "nodeName"], "")
-	node != ""
-	node != object.get(input, ["oldObject", "status", "nodeName"], "")
+placement_problems contains sprintf("instance %s/%s can be placed only on its lease's node %s, not %s", [namespace, object.get(lib.new, ["metadata", "name"], ""), lib.show(lease_node), node]) if {
+	node := lib.newly_placed_on
 	lease_node := object.get(input, ["inventory", "lease", "status", "nodeName"], "")
 	node != lease_node
-	msg := sprintf("instance.tenant: instance %s/%s can be placed only on its lease's node %s, not %s", [namespace, object.get(lib.new, ["metadata", "name"], ""), lib.show(lease_node), node])
 }
 
-# For messages.
+# lease is the lease the inventory supplies; undefined when there is none.
+lease := l if {
+	l := input.inventory.lease
+	is_object(l)
+}
 
 namespace := object.get(lib.new, ["metadata", "namespace"], "")
 

@@ -22,32 +22,22 @@ code := "instance.wipe"
 
 disk_wipe := "macrack.io/disk-wipe"
 
-violations contains {"code": code, "message": msg} if {
-	removes_disk_wipe
+violations contains {"code": code, "message": concat("", ["instance.wipe: ", problem])} if {
+	input.request.kind.kind == "MacOSInstance"
+	input.request.operation == "UPDATE"
+	disk_wipe in lib.removed_finalizers
+	some problem in problems
+}
+
+problems contains sprintf("only the agent of node %s may remove %s, not %s", [lib.show(node), disk_wipe, lib.username]) if {
 	not lib.is_operator
-	not is_agent_of_node
-	msg := sprintf("instance.wipe: only the agent of node %s may remove %s, not %s", [lib.show(node), disk_wipe, lib.username])
+	not lib.is_agent_of(node)
 }
 
-violations contains {"code": code, "message": msg} if {
-	removes_disk_wipe
-	is_agent_of_node
-	not wiped
-	msg := sprintf("instance.wipe: agent %s may remove %s only after recording the wipe in status.runtime.wipedAt", [node, disk_wipe])
-}
-
-removes_disk_wipe if {
-	lib.operation == "UPDATE"
-	disk_wipe in object.get(lib.old, ["metadata", "finalizers"], [])
-	not disk_wipe in object.get(lib.new, ["metadata", "finalizers"], [])
+problems contains sprintf("agent %s may remove %s only after recording the wipe in status.runtime.wipedAt", [node, disk_wipe]) if {
+	lib.is_agent_of(node)
+	object.get(lib.new, ["status", "runtime", "wipedAt"], "") == ""
 }
 
 # node is the node the instance was placed on, as stored.
 node := object.get(lib.old, ["status", "nodeName"], "")
-
-is_agent_of_node if {
-	node != ""
-	lib.username == concat("", ["system:serviceaccount:", lib.agents_namespace, ":agent-", node])
-}
-
-wiped if object.get(lib.new, ["status", "runtime", "wipedAt"], "") != ""

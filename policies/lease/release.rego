@@ -17,46 +17,49 @@ import data.macrack.lib
 
 code := "lease.release"
 
-# Every check opens with the guard on the kind and the operation, which OPA's
-# rule index decides before it evaluates a body, and reads the input
-# directly: object.get(input, ["oldObject", ...]) reads the stored object as
-# lib.old would ({} where absent or null), without the cost of a virtual
-# document. The clock is read last, once the rest holds.
-
-violations contains {"code": code, "message": msg} if {
+# Before the stored lease's earliestReleaseAt, the lease is not released.
+violations contains {"code": code, "message": concat("", ["lease.release: ", problem])} if {
 	input.request.kind.kind == "MacNodeLease"
 	input.request.operation == "UPDATE"
-	some f in object.get(input, ["oldObject", "metadata", "finalizers"], [])
-	startswith(f, "macrack.io/")
-	not f in object.get(input, ["object", "metadata", "finalizers"], [])
-	lease_era := object.get(input, ["oldObject", "status", "earliestReleaseAt"], null)
-	lease_era != null
-	not lib.is_operator
-	lib.before(lease_era)
-	msg := sprintf("lease.release: finalizer %s cannot be removed before earliestReleaseAt %s (now %s); only the operator releases a lease", [f, lease_era, lib.show(object.get(input, "now", "unknown"))])
+	some problem in early_release_problems
 }
 
-violations contains {"code": code, "message": msg} if {
-	input.request.kind.kind == "MacNodeLease"
-	input.request.operation == "UPDATE"
-	object.get(input, ["object", "status", "phase"], "") == "Released"
-	object.get(input, ["oldObject", "status", "phase"], "") != "Released"
-	lease_era := object.get(input, ["oldObject", "status", "earliestReleaseAt"], null)
-	lease_era != null
-	lib.before(lease_era)
-	msg := sprintf("lease.release: the lease cannot be Released before earliestReleaseAt %s (now %s)", [lease_era, lib.show(object.get(input, "now", "unknown"))])
-}
-
+# Before the binding's earliestReleaseAt, the chassis stays bound to its lease.
 violations contains {"code": code, "message": msg} if {
 	input.request.kind.kind == "MacNode"
 	input.request.operation in {"UPDATE", "DELETE"}
-	old_binding := object.get(input, ["oldObject", "status", "binding"], null)
-	old_binding != null
-	object.get(input, ["object", "status", "binding", "leaseUID"], null) != old_binding.leaseUID
-	lib.before(old_binding.earliestReleaseAt)
+	binding := object.get(lib.old, ["status", "binding"], null)
+	binding != null
+	object.get(lib.new, ["status", "binding", "leaseUID"], null) != binding.leaseUID
+	lib.before(binding.earliestReleaseAt)
 	msg := sprintf("lease.release: chassis %s stays bound to %s/%s until %s (now %s)", [
 		object.get(lib.old, ["spec", "serial"], "?"),
-		old_binding.leaseNamespace, old_binding.leaseName, old_binding.earliestReleaseAt,
-		lib.show(object.get(input, "now", "unknown")),
+		binding.leaseNamespace, binding.leaseName, binding.earliestReleaseAt,
+		lib.now_shown,
 	])
+}
+
+# Nobody but the operator removes a macrack.io/ finalizer, and nobody marks
+# the lease Released. Each check reads the clock last, once the rest holds.
+
+early_release_problems contains sprintf("finalizer %s cannot be removed before earliestReleaseAt %s (now %s); only the operator releases a lease", [f, era, lib.now_shown]) if {
+	some f in object.get(input, ["oldObject", "metadata", "finalizers"], [])
+	startswith(f, "macrack.io/")
+	not f in object.get(input, ["object", "metadata", "finalizers"], [])
+	not lib.is_operator
+	era := stored_era
+	lib.before(era)
+}
+
+early_release_problems contains sprintf("the lease cannot be Released before earliestReleaseAt %s (now %s)", [era, lib.now_shown]) if {
+	object.get(input, ["object", "status", "phase"], "") == "Released"
+	object.get(input, ["oldObject", "status", "phase"], "") != "Released"
+	era := stored_era
+	lib.before(era)
+}
+
+# stored_era is the stored lease's earliestReleaseAt, once it has one.
+stored_era := era if {
+	era := object.get(input, ["oldObject", "status", "earliestReleaseAt"], null)
+	era != null
 }

@@ -21,17 +21,14 @@ import data.macrack.lib
 
 code := "node.commercial"
 
-# violations: none for a class whose disk is a plain quantity string of at
-# least 1T (no n or u suffix, which lib.quantity scales by hand) and whose
-# NIC is a number of at least 10 Gb, as every class check needs one of these
-# to be false; else the checks one by one. The clause opens with the guard
-# on the kind, and needs none on the operation: the class checks concern
-# only a CREATE or UPDATE, and an object. It reads the input directly and
-# writes the floors out (lib.one_terabyte, lib.min_network_gbps): a
-# reference into another package costs more than a check. (An else, not a
-# negation, which would cost a nested evaluation; the checks alone write the
-# denial messages.)
-violations := set() if {
+# Fast form: BENCHMARKS.md, "Policy engine".
+violations := set() if commercial_class
+
+else := checks
+
+# A class whose disk is a plain quantity of at least 1T and whose NIC is a
+# number of at least 10 Gb has none of the class problems below.
+commercial_class if {
 	input.request.kind.kind == "MacNodeClass"
 	disk := input.object.spec.disk
 	is_string(disk)
@@ -40,51 +37,45 @@ violations := set() if {
 	gbps := input.object.spec.networkGbps
 	is_number(gbps)
 	gbps >= 10
-} else := checks
-
-checks contains v if {
-	input.request.kind.kind == "MacNodeClass"
-	input.request.operation in {"CREATE", "UPDATE"}
-	some v in class_checks
 }
 
-class_checks contains {"code": code, "message": sprintf("node.commercial: disk %s is not a quantity", [lib.show(disk)])} if {
-	disk := input.object.spec.disk
+checks contains {"code": code, "message": concat("", ["node.commercial: ", problem])} if {
+	input.request.kind.kind == "MacNodeClass"
+	input.request.operation in {"CREATE", "UPDATE"}
+	some problem in class_problems
+}
+
+checks contains {"code": code, "message": sprintf("node.commercial: MacNode %s cannot become %s: %s", [node_name, lib.new.status.phase, problem])} if {
+	input.request.kind.kind == "MacNode"
+	lib.enters_service
+	some problem in node_problems
+}
+
+# A class has a disk of at least 1T and a NIC of at least 10 Gb.
+
+class_problems contains sprintf("disk %s is not a quantity", [lib.show(disk)]) if {
+	disk := lib.new.spec.disk
 	not lib.is_quantity(disk)
 }
 
-class_checks contains {"code": code, "message": sprintf("node.commercial: disk %s is below the 1T commercial floor", [lib.show(disk)])} if {
-	disk := input.object.spec.disk
-	lib.quantity(disk) < 1000000000000
+class_problems contains sprintf("disk %s is below the 1T commercial floor", [lib.show(disk)]) if {
+	disk := lib.new.spec.disk
+	lib.quantity(disk) < lib.one_terabyte
 }
 
-class_checks contains {"code": code, "message": sprintf("node.commercial: networkGbps %s is not a number", [lib.show(gbps)])} if {
-	gbps := input.object.spec.networkGbps
+class_problems contains sprintf("networkGbps %s is not a number", [lib.show(gbps)]) if {
+	gbps := lib.new.spec.networkGbps
 	not is_number(gbps)
 }
 
-class_checks contains {"code": code, "message": sprintf("node.commercial: networkGbps %v is below the 10 Gb commercial floor", [gbps])} if {
-	gbps := input.object.spec.networkGbps
+class_problems contains sprintf("networkGbps %v is below the 10 Gb commercial floor", [gbps]) if {
+	gbps := lib.new.spec.networkGbps
 	is_number(gbps)
-	gbps < 10
+	gbps < lib.min_network_gbps
 }
 
 # A MacNode enters service (Ready or Leased) only when what its agent
 # reports meets the commercial floors and its class.
-
-reported(f) := object.get(lib.new, ["status", "reported", f], null)
-
-class_field(f) := object.get(input, ["inventory", "nodeClass", "spec", f], null)
-
-node_name := object.get(lib.new, ["metadata", "name"], "")
-
-checks contains {"code": code, "message": msg} if {
-	input.request.kind.kind == "MacNode"
-	input.request.operation == "UPDATE"
-	lib.enters_service
-	some problem in node_problems
-	msg := sprintf("node.commercial: MacNode %s cannot become %s: %s", [node_name, lib.new.status.phase, problem])
-}
 
 node_problems contains "its class is unknown" if not is_object(object.get(input, ["inventory", "nodeClass"], null))
 
@@ -114,3 +105,9 @@ node_problems contains sprintf("the reported NIC %v Gb is below the class's %v G
 node_problems contains "the agent lacks the com.apple.security.virtualization entitlement" if {
 	reported("virtualizationEntitlement") != true
 }
+
+reported(f) := object.get(lib.new, ["status", "reported", f], null)
+
+class_field(f) := object.get(input, ["inventory", "nodeClass", "spec", f], null)
+
+node_name := object.get(lib.new, ["metadata", "name"], "")

@@ -21,18 +21,13 @@ import data.macrack.lib
 
 code := "tenancy.serial"
 
-# Every check opens with the guard on the kind and the operation, which OPA's
-# rule index decides before it evaluates a body, and reads the input
-# directly: object.get(input, ["object", ...]) reads the object as lib.new
-# would ({} where absent or null), without the cost of a virtual document.
-
 # A bound MacNode is never bound to another lease.
 violations contains {"code": code, "message": msg} if {
 	input.request.kind.kind == "MacNode"
 	input.request.operation == "UPDATE"
-	old_binding := object.get(input, ["oldObject", "status", "binding"], null)
+	old_binding := object.get(lib.old, ["status", "binding"], null)
 	old_binding != null
-	new_binding := object.get(input, ["object", "status", "binding"], null)
+	new_binding := object.get(lib.new, ["status", "binding"], null)
 	new_binding != null
 	new_binding.leaseUID != old_binding.leaseUID
 	msg := sprintf("tenancy.serial: serial %s is bound to %s/%s; it cannot also be bound to %s/%s", [
@@ -43,46 +38,42 @@ violations contains {"code": code, "message": msg} if {
 }
 
 # A lease claims a serial only when that MacNode's binding names it, and no
-# other live lease holds the serial.
-
-violations contains {"code": code, "message": msg} if {
+# other lease that is not Released holds the serial.
+violations contains {"code": code, "message": concat("", ["tenancy.serial: ", problem])} if {
 	input.request.kind.kind == "MacNodeLease"
 	input.request.operation == "UPDATE"
+	some problem in claim_problems
+}
+
+claim_problems contains sprintf("lease %s claims serial %s, but no MacNode for that serial is known", [lease_ref, serial]) if {
 	serial := claimed_serial
 	not input.inventory.macNode
-	msg := sprintf("tenancy.serial: lease %s claims serial %s, but no MacNode for that serial is known", [lease_ref, serial])
 }
 
-violations contains {"code": code, "message": msg} if {
-	input.request.kind.kind == "MacNodeLease"
-	input.request.operation == "UPDATE"
+claim_problems contains sprintf("lease %s claims serial %s, but the MacNode's binding does not name it", [lease_ref, serial]) if {
 	serial := claimed_serial
 	object.get(input.inventory.macNode, ["status", "binding", "leaseUID"], "") != lease_uid
-	msg := sprintf("tenancy.serial: lease %s claims serial %s, but the MacNode's binding does not name it", [lease_ref, serial])
 }
 
-violations contains {"code": code, "message": msg} if {
-	input.request.kind.kind == "MacNodeLease"
-	input.request.operation == "UPDATE"
+claim_problems contains sprintf("serial %s is held by lease %s/%s (%s); it cannot also be leased by %s", [
+	serial, other.metadata.namespace, other.metadata.name,
+	object.get(other, ["status", "phase"], "Pending"), lease_ref,
+]) if {
 	serial := claimed_serial
 	some other in object.get(input, ["inventory", "leases"], [])
 	is_object(other)
 	object.get(other, ["status", "serial"], "") == serial
 	object.get(other, ["metadata", "uid"], "") != lease_uid
 	object.get(other, ["status", "phase"], "") != "Released"
-	msg := sprintf("tenancy.serial: serial %s is held by lease %s/%s (%s); it cannot also be leased by %s", [
-		serial, other.metadata.namespace, other.metadata.name,
-		object.get(other, ["status", "phase"], "Pending"), lease_ref,
-	])
 }
 
 # claimed_serial is the serial an update newly writes into a lease's status.
 claimed_serial := s if {
-	s := object.get(input, ["object", "status", "serial"], "")
+	s := object.get(lib.new, ["status", "serial"], "")
 	s != ""
-	s != object.get(input, ["oldObject", "status", "serial"], "")
+	lib.changed(["status", "serial"])
 }
 
-lease_uid := object.get(input, ["object", "metadata", "uid"], "")
+lease_uid := object.get(lib.new, ["metadata", "uid"], "")
 
 lease_ref := sprintf("%s/%s", [object.get(lib.new, ["metadata", "namespace"], ""), object.get(lib.new, ["metadata", "name"], "")])
