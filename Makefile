@@ -115,11 +115,13 @@ check-decoupling: ## Fail if the other project's name appears anywhere.
 	hack/check-decoupling.sh
 
 .PHONY: policy
-policy: $(OPA) $(CONFTEST) ## The reviewers' tools on policies/: opa fmt, check, test; conftest.
+policy: $(OPA) $(CONFTEST) ## The reviewers' tools on policies/: opa fmt, check, test; conftest; the sample CI workflow.
 	@out=$$($(OPA) fmt -l policies); if [ -n "$$out" ]; then echo "opa fmt would change:"; echo "$$out"; exit 1; fi
 	$(OPA) check --strict policies
 	$(OPA) test policies/ -v | tail -n 1
 	hack/check-conftest.sh $(CONFTEST)
+	go run ./hack/reviewerpath --workflow docs/ci/policy.yaml --opa $(OPA) --conftest $(CONFTEST) \
+	  --opa-version $(OPA_VERSION) --conftest-version $(CONFTEST_VERSION)
 
 .PHONY: unit
 unit: ## Unit tests (no control plane).
