@@ -10,14 +10,17 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/inventory"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	"github.com/boualleiguie/macrack-operator/policies"
@@ -100,5 +103,128 @@ func TestTheDefaulterFillsOnlyAnUnsetDuration(t *testing.T) {
 	_ = LeaseDefaulter{}.Default(context.Background(), l)
 	if l.Spec.MinimumDuration != "23h" {
 		t.Fatal("the defaulter must not touch a set value; validation refuses it")
+	}
+}
+
+// review is an admission request as the API server sends it.
+func review(t *testing.T, op admissionv1.Operation, kind metav1.GroupVersionKind, sub, user string, obj, old map[string]any) admission.Request {
+	t.Helper()
+	raw := func(o map[string]any) runtime.RawExtension {
+		if o == nil {
+			return runtime.RawExtension{}
+		}
+		b, err := json.Marshal(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return runtime.RawExtension{Raw: b}
+	}
+	req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		Operation: op, Kind: kind, SubResource: sub, Object: raw(obj), OldObject: raw(old),
+		UserInfo: authenticationv1.UserInfo{Username: user},
+	}}
+	if m, ok := obj["metadata"].(map[string]any); ok {
+		req.Name, _ = m["name"].(string)
+		req.Namespace, _ = m["namespace"].(string)
+	}
+	return req
+}
+
+// TestEachRuleAtTheWebhookAlone: the handler, with the bundle and the
+// cluster state its caches would hold, refuses each rule's violation with
+// the rule's code, and admits the same write made legal beside it.
+// Proves: tenancy.serial, node.commercial, quota.never-circumvent, instance.image, instance.wipe, agent.scope
+func TestEachRuleAtTheWebhookAlone(t *testing.T) {
+	v := validator(t)
+	s := runtime.NewScheme()
+	_ = fleetv1alpha1.AddToScheme(s)
+	_ = leasingv1alpha1.AddToScheme(s)
+	_ = computev1alpha1.AddToScheme(s)
+	state := fake.NewClientBuilder().WithScheme(s).WithObjects(
+		&fleetv1alpha1.MacNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "m4"}, Spec: fleetv1alpha1.MacNodeClassSpec{
+			Chip: "M4", Memory: resource.MustParse("16Gi"), Disk: resource.MustParse("1T"), NetworkGbps: 10, VMCapacity: 2}},
+		&fleetv1alpha1.MacOSImage{ObjectMeta: metav1.ObjectMeta{Name: "sequoia"}, Spec: fleetv1alpha1.MacOSImageSpec{Size: resource.MustParse("120Gi")}},
+		&leasingv1alpha1.MacNodeLease{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "t"},
+			Spec:   leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: "m4", MinimumDuration: "24h"},
+			Status: leasingv1alpha1.MacNodeLeaseStatus{Phase: leasingv1alpha1.LeaseBound, NodeName: "c02a"}},
+	)
+	for _, ix := range index.Definitions() {
+		state = state.WithIndex(ix.Object, ix.Name, ix.Value)
+	}
+	v.Inventory = inventory.Builder{Reader: state.Build()}
+
+	macNode := metav1.GroupVersionKind{Group: "fleet.macrack.io", Version: "v1alpha1", Kind: "MacNode"}
+	class := metav1.GroupVersionKind{Group: "fleet.macrack.io", Version: "v1alpha1", Kind: "MacNodeClass"}
+	instance := metav1.GroupVersionKind{Group: "compute.macrack.io", Version: "v1alpha1", Kind: "MacOSInstance"}
+	node := func(name string, status map[string]any) map[string]any {
+		return map[string]any{"apiVersion": "fleet.macrack.io/v1alpha1", "kind": "MacNode",
+			"metadata": map[string]any{"name": name}, "spec": map[string]any{"serial": strings.ToUpper(name), "nodeClassName": "m4"},
+			"status": status}
+	}
+	binding := func(uid string) map[string]any {
+		return map[string]any{"binding": map[string]any{"leaseUID": uid, "leaseNamespace": "t", "leaseName": uid,
+			"earliestReleaseAt": "2026-05-01T00:00:00Z"}}
+	}
+	classOf := func(disk string, vms int64) map[string]any {
+		return map[string]any{"apiVersion": "fleet.macrack.io/v1alpha1", "kind": "MacNodeClass", "metadata": map[string]any{"name": "m4"},
+			"spec": map[string]any{"chip": "M4", "memory": "16Gi", "disk": disk, "networkGbps": int64(10), "vmCapacity": vms}}
+	}
+	inst := func(disk string, finalizers ...any) map[string]any {
+		meta := map[string]any{"name": "ci-1", "namespace": "t", "uid": "u-1"}
+		if len(finalizers) > 0 {
+			meta["finalizers"] = finalizers
+		}
+		return map[string]any{"apiVersion": "compute.macrack.io/v1alpha1", "kind": "MacOSInstance", "metadata": meta,
+			"spec":   map[string]any{"leaseName": "build", "imageName": "sequoia", "cpu": int64(4), "memory": "8Gi", "disk": disk},
+			"status": map[string]any{"nodeName": "c02a"}}
+	}
+	agentA := "system:serviceaccount:macrack-agents:agent-c02a"
+	reported := map[string]any{"reported": map[string]any{"chip": "M4"}}
+
+	cases := []struct {
+		rule            string
+		denied, allowed admission.Request
+		code            int32
+	}{
+		{"tenancy.serial",
+			review(t, admissionv1.Update, macNode, "status", "operator", node("c02a", binding("b")), node("c02a", binding("a"))),
+			review(t, admissionv1.Update, macNode, "status", "operator", node("c02a", nil), node("c02a", binding("a"))),
+			http.StatusUnprocessableEntity},
+		{"node.commercial",
+			review(t, admissionv1.Create, class, "", "admin", classOf("500G", 2), nil),
+			review(t, admissionv1.Create, class, "", "admin", classOf("1T", 2), nil),
+			http.StatusUnprocessableEntity},
+		{"quota.never-circumvent",
+			review(t, admissionv1.Create, class, "", "admin", classOf("1T", 3), nil),
+			review(t, admissionv1.Create, class, "", "admin", classOf("1T", 2), nil),
+			http.StatusUnprocessableEntity},
+		{"instance.image",
+			review(t, admissionv1.Create, instance, "", "alice", inst("100Gi"), nil),
+			review(t, admissionv1.Create, instance, "", "alice", inst("200Gi"), nil),
+			http.StatusUnprocessableEntity},
+		{"instance.wipe",
+			review(t, admissionv1.Update, instance, "", "alice", inst("200Gi"), inst("200Gi", fleetv1alpha1.DiskWipeFinalizer)),
+			review(t, admissionv1.Update, instance, "", "operator", inst("200Gi"), inst("200Gi", fleetv1alpha1.DiskWipeFinalizer)),
+			http.StatusUnprocessableEntity},
+		{"agent.scope",
+			review(t, admissionv1.Update, macNode, "status", agentA, node("c02b", reported), node("c02b", nil)),
+			review(t, admissionv1.Update, macNode, "status", agentA, node("c02a", reported), node("c02a", nil)),
+			http.StatusForbidden},
+	}
+	for _, c := range cases {
+		t.Run(c.rule, func(t *testing.T) {
+			resp := v.Handle(context.Background(), c.denied)
+			if resp.Allowed || resp.Result.Code != c.code || !strings.Contains(resp.Result.Message, c.rule+": ") {
+				t.Fatalf("the violation: allowed=%v %d %q, want %d naming %s", resp.Allowed, resp.Result.Code, resp.Result.Message, c.code, c.rule)
+			}
+			for _, other := range []string{policy.CodeError, policy.CodeDisagreement} {
+				if strings.Contains(resp.Result.Message, other) {
+					t.Fatalf("refused with %s, not the rule alone: %q", other, resp.Result.Message)
+				}
+			}
+			if resp := v.Handle(context.Background(), c.allowed); !resp.Allowed {
+				t.Fatalf("positive control refused: %d %q", resp.Result.Code, resp.Result.Message)
+			}
+		})
 	}
 }

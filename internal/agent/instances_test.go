@@ -528,3 +528,78 @@ func TestTheFactsReporterDoesNotUndoAStuckQuota(t *testing.T) {
 		t.Errorf("quota %+v after the facts were reported again, want Stuck with 1 running and code 6", q)
 	}
 }
+
+// An instance placed on this chassis that no slot names (an administrator
+// wrote its nodeName, and admission let it through) gets no VM; ci-1,
+// which holds a slot, runs beside it.
+// Proves: instance.cap
+func TestAnInstancePlacedWithoutASlotIsNeverStarted(t *testing.T) {
+	rg := newRig(t, "ci-1")
+	rg.run("ci-1") // positive control
+	ctx := context.Background()
+	stray := &computev1alpha1.MacOSInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: "ci-2", Namespace: testNS, UID: "uid-ci-2"},
+		Spec: computev1alpha1.MacOSInstanceSpec{LeaseName: "build", ImageName: testImage, CPU: 4,
+			Memory: resource.MustParse("8Gi"), Disk: resource.MustParse("200Gi")},
+	}
+	if err := rg.c.Create(ctx, stray); err != nil {
+		t.Fatal(err)
+	}
+	stray.Status.NodeName = testNode
+	if err := rg.c.Status().Update(ctx, stray); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := rg.reconcile("ci-2"); err != nil {
+			t.Fatalf("reconciling ci-2: %v", err)
+		}
+	}
+	rt := rg.instance("ci-2").Status.Runtime
+	if rt == nil || rt.Phase != computev1alpha1.VMPending || !strings.Contains(rt.Message, ErrNoSlot.Error()) {
+		t.Fatalf("ci-2's runtime is %+v, want Pending saying %q", rt, ErrNoSlot)
+	}
+	running, err := rg.launcher.Running()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := running["uid-ci-2"]; ok {
+		t.Error("ci-2 has a VM helper though no slot names it")
+	}
+	if _, ok := running["uid-ci-1"]; !ok {
+		t.Error("ci-1, which holds a slot, lost its VM")
+	}
+}
+
+// The agent lets an instance go only after its disk is wiped and the wipe
+// is on record: the status write of wipedAt comes before the patch that
+// removes macrack.io/disk-wipe.
+// Proves: instance.wipe
+func TestTheWipeIsRecordedBeforeTheFinalizerComesOff(t *testing.T) {
+	rg := newRig(t, "ci-1")
+	rg.run("ci-1")
+	if err := rg.c.Delete(context.Background(), rg.instance("ci-1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := rg.reconcile("ci-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rg.c.Get(context.Background(), types.NamespacedName{Namespace: testNS, Name: "ci-1"}, &computev1alpha1.MacOSInstance{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the instance is still there after its teardown: %v", err)
+	}
+	if !rg.r.Disks.Wiped("uid-ci-1") {
+		t.Fatal("the disk was not wiped")
+	}
+	recorded, released := -1, -1
+	for i, w := range rg.recorded() {
+		switch {
+		case w.kind != "MacOSInstance":
+		case w.subresource == "status" && strings.Contains(string(w.body), `"wipedAt"`) && recorded < 0:
+			recorded = i
+		case w.subresource == "" && strings.Contains(string(w.body), `"finalizers"`) && !strings.Contains(string(w.body), fleetv1alpha1.DiskWipeFinalizer):
+			released = i
+		}
+	}
+	if recorded < 0 || released < 0 || recorded > released {
+		t.Fatalf("wipedAt written at write %d, the finalizer removed at write %d: want the record first", recorded, released)
+	}
+}

@@ -74,6 +74,9 @@ func TestRenderCopiesTheMachineIdentifier(t *testing.T) {
 	}
 }
 
+// TestRenderRejects: the agent builds no VM from an instance it cannot run
+// as written, whatever the API server admitted.
+// Proves: instance.image
 func TestRenderRejects(t *testing.T) {
 	cases := []struct {
 		name      string

@@ -75,6 +75,9 @@ func run(t *testing.T, r *Reconciler, c client.Client) *fleetv1alpha1.MacNode {
 	return mn
 }
 
+// TestPhases: the node controller alone, with no admission, moves a chassis
+// to Ready only when its facts pass the policies.
+// Proves: node.commercial, quota.never-circumvent
 func TestPhases(t *testing.T) {
 	slow := good()
 	slow.NetworkGbps = ptr.To(int32(1))

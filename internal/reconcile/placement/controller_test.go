@@ -82,6 +82,9 @@ func get(t *testing.T, c client.Client, name string) *computev1alpha1.MacOSInsta
 	return i
 }
 
+// Three instances wait on a chassis of two VMs: placement alone, with no
+// admission, claims two slots and places two.
+// Proves: instance.cap
 func TestThreeWaitingInstancesGetTwoSlotsOldestFirst(t *testing.T) {
 	r, c := setup(t, 2, instance("third", 3*time.Second), instance("first", time.Second), instance("second", 2*time.Second))
 	reconcileNode(t, r)

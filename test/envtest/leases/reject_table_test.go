@@ -23,7 +23,7 @@ const (
 )
 
 var _ = Describe("(e) The 24-hour floor", func() {
-	It("refuses a 23h lease with lease.floor, admits 24h, and defaults an unset duration to 24h", func() {
+	It("refuses a 23h lease with lease.floor, admits 24h, and defaults an unset duration to 24h", Label("proves:lease.floor"), func() {
 		tenant, err := env.NewTenant(ctx, "alice")
 		Expect(err).NotTo(HaveOccurred())
 		class, _ := newClass(0)
@@ -65,7 +65,7 @@ var _ = Describe("(g) Nothing shrinks after binding", func() {
 })
 
 var _ = Describe("(a) Two live instances per lease", func() {
-	It("refuses a third live instance with instance.cap, counting a Stopping one, and admits it once one has Stopped", func() {
+	It("refuses a third live instance with instance.cap, counting a Stopping one, and admits it once one has Stopped", Label("proves:instance.cap"), func() {
 		tenant, err := env.NewTenant(ctx, "anna")
 		Expect(err).NotTo(HaveOccurred())
 		class, _ := newClass(1)
@@ -112,7 +112,7 @@ func setRuntime(ns, name string, phase computev1alpha1.VMPhase) {
 }
 
 var _ = Describe("(b) Tenant B", func() {
-	It("binds only a chassis of its own, cannot start instances in a Held lease, and cannot write status", func() {
+	It("binds only a chassis of its own, cannot start instances in a Held lease, and cannot write status", Label("proves:instance.tenant"), func() {
 		a, err := env.NewTenant(ctx, "amy")
 		Expect(err).NotTo(HaveOccurred())
 		b, err := env.NewTenant(ctx, "bob")
@@ -154,7 +154,7 @@ var _ = Describe("(b) Tenant B", func() {
 })
 
 var _ = Describe("(c) A delete at +3h", func() {
-	It("gives Held: the chassis keeps the tenant, takes no one else, and the tenant cannot pull the finalizer", func() {
+	It("gives Held: the chassis keeps the tenant, takes no one else, and the tenant cannot pull the finalizer", Label("proves:lease.release"), func() {
 		tenant, err := env.NewTenant(ctx, "carl")
 		Expect(err).NotTo(HaveOccurred())
 		other, err := env.NewTenant(ctx, "dora")

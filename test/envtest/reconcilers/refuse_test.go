@@ -72,7 +72,7 @@ var _ = Describe("With no admission at all", func() {
 		Expect(bindings.Items).To(BeEmpty(), "this suite must run without VAP bindings")
 	})
 
-	It("the lease controller refuses to bind a 1h lease written straight to storage, and binds a 24h one", func() {
+	It("the lease controller refuses to bind a 1h lease written straight to storage, and binds a 24h one", Label("proves:lease.floor"), func() {
 		class := unique("m4")
 		_, err := harness.CreateClass(ctx, admin, class, 2)
 		Expect(err).NotTo(HaveOccurred())
@@ -94,7 +94,7 @@ var _ = Describe("With no admission at all", func() {
 		Eventually(phaseOf(legal)).Should(Equal(leasingv1alpha1.LeaseBound), "positive control")
 	})
 
-	It("the node controller never moves a SIP-off host to Ready, and moves a compliant one", func() {
+	It("the node controller never moves a SIP-off host to Ready, and moves a compliant one", Label("proves:quota.never-circumvent"), func() {
 		class := unique("m4")
 		_, err := harness.CreateClass(ctx, admin, class, 2)
 		Expect(err).NotTo(HaveOccurred())
@@ -118,7 +118,7 @@ var _ = Describe("With no admission at all", func() {
 			HaveField("Message", ContainSubstring("hv_apple_isa_vm_quota")))))
 	})
 
-	It("a forced finalizer removal at +3h frees nothing: the binding holds the chassis until earliestReleaseAt", func() {
+	It("a forced finalizer removal at +3h frees nothing: the binding holds the chassis until earliestReleaseAt", Label("proves:lease.release"), func() {
 		class := unique("m4")
 		_, err := harness.CreateClass(ctx, admin, class, 2)
 		Expect(err).NotTo(HaveOccurred())

@@ -3,6 +3,7 @@ package schema
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -152,7 +153,7 @@ var _ = Describe("The schema", func() {
 			Expect(k8s.Create(ctx, class("cap-one", func(s map[string]any) { s["vmCapacity"] = int64(1) }))).To(Succeed())
 			Expect(k8s.Create(ctx, class("cap-two", nil))).To(Succeed())
 		})
-		It("refuses 3", func() {
+		It("refuses 3", Label("proves:quota.never-circumvent"), func() {
 			err := k8s.Create(ctx, class("cap-three", func(s map[string]any) { s["vmCapacity"] = int64(3) }))
 			expectSchemaRefusal(err, "spec.vmCapacity", metav1.CauseTypeFieldValueInvalid, "less than or equal to 2")
 		})
@@ -168,7 +169,7 @@ var _ = Describe("The schema", func() {
 				Expect(k8s.Create(ctx, lease(ns, "ok-"+string(rune('a'+i)), func(s map[string]any) { s["minimumDuration"] = d }))).To(Succeed(), d)
 			}
 		})
-		DescribeTable("refuses a malformed duration",
+		DescribeTable("refuses a malformed duration", Label("proves:lease.floor"),
 			func(d any) {
 				err := k8s.Create(ctx, lease(ns, "malformed", func(s map[string]any) { s["minimumDuration"] = d }))
 				if _, isString := d.(string); isString {
@@ -223,7 +224,7 @@ var _ = Describe("The schema", func() {
 			Expect(unstructured.SetNestedField(l.Object, "m4-16g-1t", "spec", "nodeClassName")).To(Succeed())
 			Expect(k8s.Update(ctx, l)).To(Succeed(), "a Pending lease changes class")
 		})
-		It("is immutable once the lease is bound", func() {
+		It("is immutable once the lease is bound", Label("proves:instance.cap"), func() {
 			l := lease(ns, "bound", nil)
 			Expect(k8s.Create(ctx, l)).To(Succeed())
 			bind(l)
@@ -246,7 +247,7 @@ var _ = Describe("The schema", func() {
 			Expect(unstructured.SetNestedField(n.Object, "m4-pro", "spec", "nodeClassName")).To(Succeed())
 			Expect(k8s.Update(ctx, n)).To(Succeed())
 		})
-		It("refuses a changed serial", func() {
+		It("refuses a changed serial", Label("proves:tenancy.serial"), func() {
 			n := macNode("c02xl0ghjgh2", "C02XL0GHJGH2")
 			Expect(k8s.Create(ctx, n)).To(Succeed())
 			Expect(unstructured.SetNestedField(n.Object, "C02XL0GHJGH9", "spec", "serial")).To(Succeed())
@@ -260,13 +261,44 @@ var _ = Describe("The schema", func() {
 			err := k8s.Update(ctx, n)
 			expectSchemaRefusal(err, "spec.serial", metav1.CauseTypeFieldValueRequired, "Required value")
 		})
-		It("refuses a MacNode whose name is not its serial in lower case", func() {
+		It("refuses a MacNode whose name is not its serial in lower case", Label("proves:tenancy.serial"), func() {
 			err := k8s.Create(ctx, macNode("some-other-name", "C02XL0GHJGH4"))
 			expectSchemaRefusal(err, "spec.serial", metav1.CauseTypeFieldValueInvalid, "metadata.name must be spec.serial in lower case")
 		})
 		It("refuses a serial that is not as Apple prints it", func() {
 			err := k8s.Create(ctx, macNode("c02xl0ghjgh5x", "c02xl0ghjgh5x"))
 			expectSchemaRefusal(err, "spec.serial", metav1.CauseTypeFieldValueInvalid, "should match")
+		})
+	})
+
+	Context("MacNode.status.slots", func() {
+		slots := func(n int) []any {
+			out := make([]any, n)
+			for i := range out {
+				out[i] = map[string]any{"namespace": "t", "name": fmt.Sprintf("ci-%d", i), "uid": fmt.Sprintf("uid-%d", i)}
+			}
+			return out
+		}
+		It("refuses a third slot", Label("proves:instance.cap"), func() {
+			n := macNode("c02xl0ghjgh6", "C02XL0GHJGH6")
+			Expect(k8s.Create(ctx, n)).To(Succeed())
+			Expect(unstructured.SetNestedSlice(n.Object, slots(2), "status", "slots")).To(Succeed())
+			Expect(k8s.Status().Update(ctx, n)).To(Succeed(), "positive control: two slots")
+			Expect(unstructured.SetNestedSlice(n.Object, slots(3), "status", "slots")).To(Succeed())
+			err := k8s.Status().Update(ctx, n)
+			expectSchemaRefusal(err, "status.slots", metav1.CauseTypeTooMany, "must have at most 2 items")
+		})
+	})
+
+	Context("MacOSInstance.spec.leaseName", func() {
+		It("refuses a changed leaseName", Label("proves:instance.tenant"), func() {
+			i := instance(ns, "moved", nil)
+			Expect(k8s.Create(ctx, i)).To(Succeed())
+			Expect(unstructured.SetNestedField(i.Object, "16Gi", "spec", "memory")).To(Succeed())
+			Expect(k8s.Update(ctx, i)).To(Succeed(), "positive control: another field changes")
+			Expect(unstructured.SetNestedField(i.Object, "l2", "spec", "leaseName")).To(Succeed())
+			err := k8s.Update(ctx, i)
+			expectSchemaRefusal(err, "spec.leaseName", metav1.CauseTypeFieldValueInvalid, "leaseName is immutable")
 		})
 	})
 
@@ -277,7 +309,7 @@ var _ = Describe("The schema", func() {
 			}
 			Expect(k8s.Create(ctx, instance(ns, "q-ok", nil))).To(Succeed())
 		})
-		DescribeTable("refuse a negative or malformed quantity",
+		DescribeTable("refuse a negative or malformed quantity", Label("proves:node.commercial", "proves:instance.image"),
 			func(build func() client.Object, field, message string) {
 				expectSchemaRefusal(k8s.Create(ctx, build()), field, metav1.CauseTypeFieldValueInvalid, message)
 			},
