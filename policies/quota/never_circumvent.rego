@@ -27,9 +27,9 @@ vm_resource := "macrack.io/macos-vm"
 violations contains {"code": code, "message": msg} if {
 	input.request.kind.kind == "MacNodeClass"
 	input.request.operation in {"CREATE", "UPDATE"}
-	cap := lib.new.spec.vmCapacity
+	cap := input.object.spec.vmCapacity
 	is_number(cap)
-	cap > kernel_vm_limit
+	cap > 2
 	msg := sprintf("quota.never-circumvent: vmCapacity %v exceeds the kernel's limit of 2 macOS VMs per chassis", [cap])
 }
 
