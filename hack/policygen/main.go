@@ -71,17 +71,12 @@ func run(root string) error {
 		}
 	}
 	resources := []string{"params.yaml"}
-	defaults := policy.Params{
-		AgentsNamespace:     "macrack-agents",
-		OperatorUsername:    "system:serviceaccount:macrack-system:macrack-operator",
-		AgentTokenAudiences: "https://kubernetes.default.svc.cluster.local",
-	}
-	params := policy.ParamsConfigMap(policy.DefaultParamsNamespace, defaults)
+	params := policy.ParamsConfigMap(policy.DefaultParamsNamespace, defaultSettings)
 	if err := writeObjects(filepath.Join(dir, "params.yaml"),
 		"The settings the operator renders its policies with, as it records them. No ValidatingAdmissionPolicy reads it:\nthe settings are written into each policy. The operator applies both with its own settings.", params); err != nil {
 		return err
 	}
-	aps, err := engine.AdmissionPolicies(defaults)
+	aps, err := engine.AdmissionPolicies(defaultSettings)
 	if err != nil {
 		return err
 	}
@@ -102,6 +97,14 @@ func run(root string) error {
 		return err
 	}
 	return writeComplianceDoc(root, engine, cases)
+}
+
+// defaultSettings are the settings config/policies is rendered with; the
+// operator renders its own at start-up.
+var defaultSettings = policy.Params{
+	AgentsNamespace:     "macrack-agents",
+	OperatorUsername:    "system:serviceaccount:macrack-system:macrack-operator",
+	AgentTokenAudiences: "https://kubernetes.default.svc.cluster.local",
 }
 
 // writeObjects writes objects as one YAML stream, without the empty

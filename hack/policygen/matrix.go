@@ -69,7 +69,7 @@ func registry(root string, e *policy.Engine) ([]enforcement.Point, error) {
 		}
 		out = append(out, p)
 	}
-	aps, err := e.AdmissionPolicies(policy.Params{AgentsNamespace: "macrack-agents", OperatorUsername: "operator", AgentTokenAudiences: "api"})
+	aps, err := e.AdmissionPolicies(defaultSettings)
 	if err != nil {
 		return nil, err
 	}
