@@ -81,6 +81,10 @@ controlplane: ## Build kube-apiserver, etcd and kube-controller-manager into bin
 kubectl:
 	hack/controlplane/build.sh $(K8S_BIN) kubectl
 
+.PHONY: registry
+registry: ## Build the CNCF Distribution registry (filesystem storage) into bin/registry from the Go module proxy.
+	hack/registry/build.sh $(BIN)/registry
+
 ##@ Build
 
 .PHONY: build
@@ -124,17 +128,17 @@ policy: $(OPA) $(CONFTEST) ## The reviewers' tools on policies/: opa fmt, check,
 	  --opa-version $(OPA_VERSION) --conftest-version $(CONFTEST_VERSION)
 
 .PHONY: unit
-unit: ## Unit tests (no control plane).
+unit: registry ## Unit tests (no control plane; the golden tests run the real registry).
 	go test $(GO_TEST_FLAGS) -ldflags '$(GO_TEST_LDFLAGS)' $(UNIT_PKGS)
 
 .PHONY: envtest
-envtest: controlplane ## Integration suites against a real kube-apiserver and etcd (some with kube-controller-manager).
+envtest: controlplane registry ## Integration suites against a real kube-apiserver and etcd (some with kube-controller-manager).
 	go test $(GO_TEST_FLAGS) -ldflags '$(GO_TEST_LDFLAGS)' -timeout 25m ./test/envtest/...
 
 # go-tests is unit and envtest in one go test: the go command links the
 # next test binaries while the envtest suites wait on their API servers.
 .PHONY: go-tests
-go-tests: controlplane
+go-tests: controlplane registry
 	go test $(GO_TEST_FLAGS) -ldflags '$(GO_TEST_LDFLAGS)' -timeout 25m ./...
 
 # On two cores a cold run is mostly compiling. The steps that leave a core
@@ -142,19 +146,19 @@ go-tests: controlplane
 # compile, and conftest's compile beside the test suites, which mostly wait.
 .PHONY: test
 test: check-aligned-modules fmt-check check-decoupling ## Everything CI runs.
-	$(MAKE) -j2 --output-sync=target controlplane $(CONTROLLER_GEN) $(STATICCHECK) $(OPA)
+	$(MAKE) -j2 --output-sync=target controlplane registry $(CONTROLLER_GEN) $(STATICCHECK) $(OPA)
 	$(MAKE) vet staticcheck check-generated
 	$(MAKE) -j2 --output-sync=target policy go-tests
 	@echo "make test: all checks passed"
 
 .PHONY: bench
-bench: controlplane ## Benchmarks; record the figures in BENCHMARKS.md.
+bench: controlplane registry ## Benchmarks; record the figures in BENCHMARKS.md.
 	go test -run '^$$' -bench . -benchmem $$(go list ./... )
 
 ##@ Run
 
 .PHONY: run
-run: controlplane kubectl build ## Local control plane + operator; prints the KUBECONFIG line.
+run: controlplane kubectl registry build ## Local control plane + operator; prints the KUBECONFIG line.
 	$(BIN)/devcluster --root $(CURDIR)
 
 .PHONY: clean

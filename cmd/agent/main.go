@@ -23,13 +23,16 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent"
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
+	"github.com/boualleiguie/macrack-operator/internal/agent/host"
+	"github.com/boualleiguie/macrack-operator/internal/agent/instances"
 )
 
 func main() {
 	var (
 		kubeconfig, serial, agentsNS, stateDir, driverName, helperPath, tokenFile string
 		heartbeat, facts, tokenTTL                                                time.Duration
-		simDisk, simBootArgs, simChip                                             string
+		simDisk, simBootArgs, simChip, cacheBudget, registryAuth                  string
+		pullConcurrency                                                           int
 		simNIC                                                                    int
 		simSIP, simEntitlement                                                    bool
 	)
@@ -43,6 +46,9 @@ func main() {
 	fs.DurationVar(&heartbeat, "heartbeat-interval", 10*time.Second, "How often the heartbeat Lease is renewed.")
 	fs.DurationVar(&facts, "facts-interval", 5*time.Minute, "How often the hardware facts are reported again.")
 	fs.DurationVar(&tokenTTL, "token-ttl", time.Hour, "The lifetime of each token the agent requests for itself.")
+	fs.StringVar(&cacheBudget, "image-cache-budget", "", "Overrides the class's imageCacheBudget: what the golden cache may allocate, e.g. 300Gi.")
+	fs.IntVar(&pullConcurrency, "pull-concurrency", 4, "How many chunks of a golden are fetched at once.")
+	fs.StringVar(&registryAuth, "registry-auth", "", "A Docker config JSON file with the golden registries' credentials; anonymous if unset.")
 	fs.StringVar(&simDisk, "sim-disk", "1T", "sim: the reported SSD size.")
 	fs.IntVar(&simNIC, "sim-nic-gbps", 10, "sim: the reported NIC speed.")
 	fs.StringVar(&simChip, "sim-chip", "M4", "sim: the reported chip.")
@@ -91,15 +97,33 @@ func main() {
 		if err != nil {
 			return fmt.Errorf("--sim-disk: %w", err)
 		}
+		var budget int64
+		if cacheBudget != "" {
+			q, err := resource.ParseQuantity(cacheBudget)
+			if err != nil || q.Sign() <= 0 {
+				return fmt.Errorf("--image-cache-budget %q is not a positive quantity", cacheBudget)
+			}
+			budget = q.Value()
+		}
+		if pullConcurrency < 1 || pullConcurrency > 64 {
+			return fmt.Errorf("--pull-concurrency %d is not between 1 and 64", pullConcurrency)
+		}
+		var auth []byte
+		if registryAuth != "" {
+			if auth, err = os.ReadFile(registryAuth); err != nil {
+				return fmt.Errorf("--registry-auth: %w", err)
+			}
+		}
 		return agent.Run(ctrl.SetupSignalHandler(), cfg, agent.Config{
 			NodeName: node, AgentsNamespace: agentsNS, StateDir: stateDir, Launcher: launcher,
-			Facts: agent.StaticFacts{Reported: &fleetv1alpha1.ReportedFacts{
+			Facts: host.StaticFacts{Reported: &fleetv1alpha1.ReportedFacts{
 				Disk: &disk, NetworkGbps: ptr.To(int32(simNIC)), Chip: simChip, MacOSVersion: "15.5",
 				SIPEnabled: ptr.To(simSIP), BootArgs: simBootArgs, VirtualizationEntitlement: ptr.To(simEntitlement),
 				Quota: &fleetv1alpha1.QuotaReport{State: fleetv1alpha1.QuotaOK}, AgentVersion: "sim",
 			}},
 			HeartbeatInterval: heartbeat, FactsInterval: facts, TokenFile: tokenFile, TokenTTL: tokenTTL,
-			SeedImages: driverName == "sim", Clock: clock.RealClock{}, Log: log, NewMachineID: agent.RandomMachineID,
+			ImageCacheBudget: budget, PullConcurrency: pullConcurrency, RegistryAuth: auth,
+			Clock: clock.RealClock{}, Log: log, NewMachineID: instances.RandomMachineID,
 		})
 	}(); err != nil {
 		log.Error(err, "Agent stopped")

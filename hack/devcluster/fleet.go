@@ -20,6 +20,7 @@ import (
 
 	"github.com/boualleiguie/macrack-operator/internal/enroll"
 	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
+	"github.com/boualleiguie/macrack-operator/test/registry"
 )
 
 // The simulated fleet of `make run`.
@@ -28,12 +29,21 @@ const (
 	fleetClass = "m4-16g-1t"
 )
 
+// fleet is what startFleet started.
+type fleet struct {
+	agents []*child
+	// registry is the golden store; golden the sim golden's pinned reference.
+	registry *registry.Server
+	golden   string
+}
+
 // startFleet applies the agents' and tenants' roles, the sample class and
 // image, enrolls fleetSize simulated minis exactly as an administrator
 // would (macrackctl node enroll), and starts one agent process per mini,
 // each with its own bootstrap kubeconfig, identity and state directory.
-func startFleet(ctx context.Context, env *envtest.Environment, root string, n int) ([]*child, func(), error) {
+func startFleet(ctx context.Context, env *envtest.Environment, root string, n int) (*fleet, func(), error) {
 	var agents []*child
+	f := &fleet{}
 	stateRoot, err := os.MkdirTemp("", "macrack-fleet-")
 	if err != nil {
 		return nil, func() {}, err
@@ -43,23 +53,29 @@ func startFleet(ctx context.Context, env *envtest.Environment, root string, n in
 			a.stop()
 		}
 		killHelpers(stateRoot)
+		if f.registry != nil {
+			f.registry.Stop()
+		}
 		_ = os.RemoveAll(stateRoot)
 	}
 	scheme, err := macrackscheme.New()
 	if err != nil {
-		return nil, cleanup, err
+		return f, cleanup, err
 	}
 	c, err := client.New(env.Config, client.Options{Scheme: scheme})
 	if err != nil {
-		return nil, cleanup, err
+		return f, cleanup, err
 	}
-	for _, f := range []string{
+	for _, file := range []string{
 		"config/rbac/agent_role.yaml", "config/rbac/tenant_roles.yaml",
-		"config/samples/fleet_v1alpha1_macnodeclass.yaml", "config/samples/fleet_v1alpha1_macosimage.yaml",
+		"config/samples/fleet_v1alpha1_macnodeclass.yaml",
 	} {
-		if err := applyFile(ctx, c, filepath.Join(root, f)); err != nil {
-			return nil, cleanup, err
+		if err := applyFile(ctx, c, filepath.Join(root, file)); err != nil {
+			return f, cleanup, err
 		}
+	}
+	if f.registry, f.golden, err = startStore(ctx, c, filepath.Join(stateRoot, "registry")); err != nil {
+		return f, cleanup, err
 	}
 	bin := filepath.Join(root, "bin")
 	for i := 1; i <= n; i++ {
@@ -67,15 +83,15 @@ func startFleet(ctx context.Context, env *envtest.Environment, root string, n in
 		kc, err := enroll.Enroll(ctx, c, env.Config, enroll.Options{Serial: serial, Class: fleetClass,
 			AgentsNamespace: agentsNamespace, TokenTTL: 24 * time.Hour})
 		if err != nil {
-			return nil, cleanup, fmt.Errorf("enrolling %s: %w", serial, err)
+			return f, cleanup, fmt.Errorf("enrolling %s: %w", serial, err)
 		}
 		dir := filepath.Join(stateRoot, enroll.NodeName(serial))
 		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, cleanup, err
+			return f, cleanup, err
 		}
 		kubeconfig := filepath.Join(dir, "bootstrap.kubeconfig")
 		if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-			return nil, cleanup, err
+			return f, cleanup, err
 		}
 		a, err := startProcess("agent "+serial, filepath.Join(bin, "agent"), []string{
 			"--serial=" + serial, "--kubeconfig=" + kubeconfig, "--state-dir=" + dir,
@@ -83,11 +99,12 @@ func startFleet(ctx context.Context, env *envtest.Environment, root string, n in
 			"--heartbeat-interval=5s", "--zap-log-level=info",
 		})
 		if err != nil {
-			return nil, cleanup, err
+			return f, cleanup, err
 		}
 		agents = append(agents, a)
+		f.agents = agents
 	}
-	return agents, cleanup, nil
+	return f, cleanup, nil
 }
 
 // applyFile creates every object of a YAML file, keeping existing ones.

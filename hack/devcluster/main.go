@@ -106,7 +106,7 @@ func run(root, extraArgs string) error {
 	}
 	defer operator.stop()
 
-	agents, cleanup, err := startFleet(ctx, env, root, fleetSize)
+	fl, cleanup, err := startFleet(ctx, env, root, fleetSize)
 	defer cleanup()
 	if err != nil {
 		return err
@@ -123,18 +123,20 @@ host agents.
     operator metrics         http://127.0.0.1:%d/metrics
     operator probes          http://127.0.0.1:%d/healthz, /readyz
     kube-controller-manager  https://127.0.0.1:%d/healthz, log %s
+    OCI registry (goldens)   http://%s/v2/
+    sim golden               %s
 
     export KUBECONFIG=%s
     export PATH=%s:$PATH    # kubectl v1.37.2, built from the module proxy
     kubectl get mn,mnc,mimg
 
 Press Ctrl-C to stop everything.
-`, len(env.CRDs), len(agents), fleetClass,
+`, len(env.CRDs), len(fl.agents), fleetClass,
 		env.Config.Host, env.ControlPlane.Etcd.URL, w.LocalServingHost, w.LocalServingPort, metricsPort, probePort,
-		kcmPort, kcm.logPath, kubeconfigPath, filepath.Join(bin, "k8s"))
+		kcmPort, kcm.logPath, fl.registry.Host(), fl.golden, kubeconfigPath, filepath.Join(bin, "k8s"))
 
-	exited := make(chan *child, len(agents)+2)
-	for _, c := range append(agents, operator, kcm.child) {
+	exited := make(chan *child, len(fl.agents)+2)
+	for _, c := range append(fl.agents, operator, kcm.child) {
 		go func(c *child) { <-c.done; exited <- c }(c)
 	}
 	select {

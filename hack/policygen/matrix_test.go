@@ -160,9 +160,9 @@ func TestAnInventedPointFails(t *testing.T) {
 	e, cases, points := load(t)
 	invented := map[string]enforcement.Point{
 		"a test that does not exist": {Rule: "lease.floor", Layer: enforcement.Agent, What: "x",
-			Proof: enforcement.Proof{File: "internal/agent/instances_test.go", Test: "TestTheAgentEnforcesTheFloor"}},
+			Proof: enforcement.Proof{File: "internal/agent/instances/instances_test.go", Test: "TestTheAgentEnforcesTheFloor"}},
 		"a test that proves another rule": {Rule: "lease.floor", Layer: enforcement.Agent, What: "x",
-			Proof: enforcement.Proof{File: "internal/agent/instances_test.go", Test: "TestTheWipeIsRecordedBeforeTheFinalizerComesOff"}},
+			Proof: enforcement.Proof{File: "internal/agent/instances/instances_test.go", Test: "TestTheWipeIsRecordedBeforeTheFinalizerComesOff"}},
 		"a test of every layer at once": {Rule: "instance.image", Layer: enforcement.Webhook,
 			Proof: enforcement.Proof{File: "test/envtest/hostile/lifecycle_test.go", Test: "refuses at admission an instance whose disk cannot hold its image, with both sizes"}},
 		"a schema field without a constraint": {Rule: "tenancy.serial", Layer: enforcement.Schema, What: "x", Field: "MacNodeLease status.serial",

@@ -21,6 +21,7 @@ func Setup(mgr ctrl.Manager, engine *policy.Engine, clk clock.PassiveClock, para
 	mgr.GetWebhookServer().Register(ValidatePath, &webhook.Admission{Handler: &PolicyValidator{
 		Engine:    engine,
 		Inventory: inventory.Builder{Reader: mgr.GetCache()},
+		Live:      mgr.GetAPIReader(),
 		Clock:     clk,
 		Params:    params,
 		Metrics:   metrics,

@@ -16,6 +16,7 @@ import (
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/boualleiguie/macrack-operator/internal/inventory"
@@ -36,9 +37,13 @@ const ValidatePath = "/validate-macrack"
 type PolicyValidator struct {
 	Engine    *policy.Engine
 	Inventory inventory.Builder
-	Clock     clock.PassiveClock
-	Params    policy.Params
-	Metrics   *Metrics
+	// Live, if set, reads objects from the API server: a denial is decided
+	// again with the related objects read live, and only that decision
+	// stands (the cache may lag behind what the requester has seen).
+	Live    client.Reader
+	Clock   clock.PassiveClock
+	Params  policy.Params
+	Metrics *Metrics
 }
 
 // Handle implements admission.Handler.
@@ -60,6 +65,9 @@ func (v *PolicyValidator) Handle(ctx context.Context, req admission.Request) (re
 	d, err := v.Engine.Decide(ctx, in)
 	if err != nil {
 		log.Error(err, "Policy input refused")
+	}
+	if !d.Allowed() && err == nil && v.Live != nil {
+		d = v.decideLive(ctx, req, in, d)
 	}
 	if d.Allowed() {
 		return admission.Allowed("")
@@ -159,4 +167,27 @@ func (m *Metrics) observe(req admission.Request, resp admission.Response, d time
 	}
 	m.requests.WithLabelValues(req.Kind.Kind, string(req.Operation), result).Inc()
 	m.latency.WithLabelValues(req.Kind.Kind).Observe(d.Seconds())
+}
+
+// decideLive decides again, on the related objects read from the API server,
+// a request the cached inventory denied. Only denials pay for the reads.
+func (v *PolicyValidator) decideLive(ctx context.Context, req admission.Request, in policy.Input, cached policy.Decision) policy.Decision {
+	log := ctrl.LoggerFrom(ctx)
+	kind := schema.GroupKind{Group: req.Kind.Group, Kind: req.Kind.Kind}
+	live := inventory.Builder{Reader: v.Inventory.Reader, Getter: v.Live}
+	inv, err := live.For(ctx, kind, in.Object, in.OldObject)
+	if err != nil {
+		log.Error(err, "Reading the inventory live failed; the cached decision stands")
+		return cached
+	}
+	in.Inventory = inv
+	d, err := v.Engine.Decide(ctx, in)
+	if err != nil {
+		log.Error(err, "Policy input refused on live reads; the cached decision stands")
+		return cached
+	}
+	if d.Allowed() {
+		log.V(1).Info("The cache lagged: allowed on live reads what it denied")
+	}
+	return d
 }

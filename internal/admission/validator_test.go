@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -143,7 +144,8 @@ func TestEachRuleAtTheWebhookAlone(t *testing.T) {
 	state := fake.NewClientBuilder().WithScheme(s).WithObjects(
 		&fleetv1alpha1.MacNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "m4"}, Spec: fleetv1alpha1.MacNodeClassSpec{
 			Chip: "M4", Memory: resource.MustParse("16Gi"), Disk: resource.MustParse("1T"), NetworkGbps: 10, VMCapacity: 2}},
-		&fleetv1alpha1.MacOSImage{ObjectMeta: metav1.ObjectMeta{Name: "sequoia"}, Spec: fleetv1alpha1.MacOSImageSpec{Size: resource.MustParse("120Gi")}},
+		&fleetv1alpha1.MacOSImage{ObjectMeta: metav1.ObjectMeta{Name: "sequoia"},
+			Status: fleetv1alpha1.MacOSImageStatus{Resolved: &fleetv1alpha1.ResolvedImage{MinimumDisk: resource.MustParse("120Gi")}}},
 		&leasingv1alpha1.MacNodeLease{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "t"},
 			Spec:   leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: "m4", MinimumDuration: "24h"},
 			Status: leasingv1alpha1.MacNodeLeaseStatus{Phase: leasingv1alpha1.LeaseBound, NodeName: "c02a"}},
@@ -226,5 +228,48 @@ func TestEachRuleAtTheWebhookAlone(t *testing.T) {
 				t.Fatalf("positive control refused: %d %q", resp.Result.Code, resp.Result.Message)
 			}
 		})
+	}
+}
+
+// TestADenialOnAStaleCacheIsDecidedAgainLive: the cache still shows the
+// lease Pending while the API server has it Bound (the tenant saw it Bound
+// and created an instance at once). The webhook decides again on live reads
+// and admits; with both readers showing Pending, it denies.
+func TestADenialOnAStaleCacheIsDecidedAgainLive(t *testing.T) {
+	s := runtime.NewScheme()
+	_ = fleetv1alpha1.AddToScheme(s)
+	_ = leasingv1alpha1.AddToScheme(s)
+	_ = computev1alpha1.AddToScheme(s)
+	image := &fleetv1alpha1.MacOSImage{ObjectMeta: metav1.ObjectMeta{Name: "sequoia"},
+		Status: fleetv1alpha1.MacOSImageStatus{Resolved: &fleetv1alpha1.ResolvedImage{MinimumDisk: resource.MustParse("120Gi")}}}
+	class := &fleetv1alpha1.MacNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "m4"}, Spec: fleetv1alpha1.MacNodeClassSpec{
+		Chip: "M4", Memory: resource.MustParse("16Gi"), Disk: resource.MustParse("1T"), NetworkGbps: 10, VMCapacity: 2}}
+	lease := func(phase leasingv1alpha1.MacNodeLeasePhase) *leasingv1alpha1.MacNodeLease {
+		return &leasingv1alpha1.MacNodeLease{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "t"},
+			Spec:   leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: "m4", MinimumDuration: "24h"},
+			Status: leasingv1alpha1.MacNodeLeaseStatus{Phase: phase}}
+	}
+	reader := func(phase leasingv1alpha1.MacNodeLeasePhase) client.Reader {
+		b := fake.NewClientBuilder().WithScheme(s).WithObjects(image.DeepCopy(), class.DeepCopy(), lease(phase))
+		for _, ix := range index.Definitions() {
+			b = b.WithIndex(ix.Object, ix.Name, ix.Value)
+		}
+		return b.Build()
+	}
+	instance := metav1.GroupVersionKind{Group: "compute.macrack.io", Version: "v1alpha1", Kind: "MacOSInstance"}
+	req := request(t, instance, "bob", map[string]any{"apiVersion": "compute.macrack.io/v1alpha1", "kind": "MacOSInstance",
+		"metadata": map[string]any{"name": "ci-1", "namespace": "t"},
+		"spec":     map[string]any{"leaseName": "build", "imageName": "sequoia", "cpu": int64(4), "memory": "8Gi", "disk": "200Gi"}})
+
+	v := validator(t)
+	v.Inventory = inventory.Builder{Reader: reader(leasingv1alpha1.LeasePending)}
+	v.Live = reader(leasingv1alpha1.LeaseBound)
+	if resp := v.Handle(context.Background(), req); !resp.Allowed {
+		t.Fatalf("a lease Bound on the API server, Pending in the cache: denied with %q", resp.Result.Message)
+	}
+	v.Live = reader(leasingv1alpha1.LeasePending)
+	resp := v.Handle(context.Background(), req)
+	if resp.Allowed || !strings.Contains(resp.Result.Message, "instance.tenant: lease t/build is Pending, not Bound") {
+		t.Fatalf("a lease Pending on both: got allowed=%v %v", resp.Allowed, resp.Result)
 	}
 }

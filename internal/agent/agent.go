@@ -1,3 +1,12 @@
+// Package agent is the host agent's mechanics on one Mac mini: it registers
+// the chassis' Node, heartbeats, reports the hardware facts, renews its own
+// token, and runs the instances placed on its chassis in VM helpers. It is a
+// client of the Kubernetes API only: it never imports the operator's
+// controllers or webhooks, and what it may write is policed by agent.scope.
+//
+// Config and Run wire its two parts: package host registers the chassis,
+// heartbeats, reports the facts and renews the token; package instances runs
+// the instance loop and its reaper.
 package agent
 
 import (
@@ -21,6 +30,8 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
+	"github.com/boualleiguie/macrack-operator/internal/agent/host"
+	"github.com/boualleiguie/macrack-operator/internal/agent/instances"
 	"github.com/boualleiguie/macrack-operator/internal/guest"
 	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
 )
@@ -33,7 +44,7 @@ type Config struct {
 	AgentsNamespace string
 	// StateDir holds images, instance disks and helpers' sockets.
 	StateDir string
-	Facts    FactsSource
+	Facts    host.FactsSource
 	Launcher helper.Launcher
 	// HeartbeatInterval is how often the heartbeat Lease is renewed.
 	HeartbeatInterval time.Duration
@@ -43,10 +54,24 @@ type Config struct {
 	// config reads its bearer token from it.
 	TokenFile string
 	TokenTTL  time.Duration
-	// SeedImages makes the sim write a small golden file per MacOSImage.
-	SeedImages bool
-	Clock      clock.WithTicker
-	Log        logr.Logger
+	// ImageCacheBudget, if positive, overrides the class's
+	// imageCacheBudget: the bytes the golden cache may allocate.
+	ImageCacheBudget int64
+	// PullConcurrency is how many chunks a pull fetches at once (4 if
+	// zero).
+	PullConcurrency int
+	// RegistryAuth is a Docker config JSON with the golden registries'
+	// credentials, provisioned on the host with the agent; empty is
+	// anonymous.
+	RegistryAuth []byte
+	// PullRetry is how soon a pull that waited for room or failed is
+	// tried again (30s if zero).
+	PullRetry time.Duration
+	// ImagesInterval is how often the golden cache's state is reported
+	// (2s if zero): a pull's progress shows at that pace.
+	ImagesInterval time.Duration
+	Clock          clock.WithTicker
+	Log            logr.Logger
 	// NewMachineID makes machine identifiers (RandomMachineID in the sim).
 	NewMachineID func() ([]byte, error)
 	// Poll is how often running instances are looked at again; 10s if zero.
@@ -64,17 +89,17 @@ func Run(ctx context.Context, cfg *rest.Config, c Config) error {
 		return fmt.Errorf("creating client: %w", err)
 	}
 	if c.TokenFile != "" {
-		if c.TokenTTL < 10*time.Minute || c.TokenTTL > MaxTokenTTL {
-			return fmt.Errorf("%w: the token lifetime %s is not between 10m and %s, which agent.scope allows an agent", ErrConfig, c.TokenTTL, MaxTokenTTL)
+		if c.TokenTTL < 10*time.Minute || c.TokenTTL > host.MaxTokenTTL {
+			return fmt.Errorf("%w: the token lifetime %s is not between 10m and %s, which agent.scope allows an agent", ErrConfig, c.TokenTTL, host.MaxTokenTTL)
 		}
-		renewer := &TokenRenewer{Client: direct, Namespace: c.AgentsNamespace, NodeName: c.NodeName,
+		renewer := &host.TokenRenewer{Client: direct, Namespace: c.AgentsNamespace, NodeName: c.NodeName,
 			File: c.TokenFile, TTL: c.TokenTTL, Clock: c.Clock, Log: c.Log.WithName("token")}
 		if err := renewer.Renew(ctx); err != nil {
 			return err
 		}
 		go func() { _ = renewer.Run(ctx) }()
 	}
-	if _, err := Register(ctx, direct, c.NodeName); err != nil {
+	if _, err := host.Register(ctx, direct, c.NodeName); err != nil {
 		return err
 	}
 	c.Log.Info("Registered", "node", c.NodeName)
@@ -96,11 +121,16 @@ func Run(ctx context.Context, cfg *rest.Config, c Config) error {
 	if err != nil {
 		return fmt.Errorf("creating the agent's manager: %w", err)
 	}
-	inst := &Instances{
-		Client: mgr.GetClient(), NodeName: c.NodeName, Launcher: c.Launcher, Disks: Disks{Root: c.StateDir},
+	recorder := mgr.GetEventRecorder("macrack-agent")
+	store, budget := c.imageStore(direct, mgr.GetClient(), recorder)
+	if err := mgr.Add(manager.RunnableFunc(store.Run)); err != nil {
+		return err
+	}
+	inst := &instances.Instances{
+		Client: mgr.GetClient(), NodeName: c.NodeName, Launcher: c.Launcher, Disks: instances.Disks{Root: c.StateDir},
 		Clock: c.Clock, StopGrace: 30 * time.Second, GuestPort: guest.DefaultPort, Poll: cmp.Or(c.Poll, 10*time.Second),
-		NewMachineID: c.NewMachineID, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("macrack-agent"),
-		Log: c.Log.WithName("instances"),
+		NewMachineID: c.NewMachineID, APIReader: mgr.GetAPIReader(), Recorder: recorder,
+		Images: store, Log: c.Log.WithName("instances"),
 	}
 	if err := inst.SetupWithManager(mgr); err != nil {
 		return err
@@ -108,12 +138,11 @@ func Run(ctx context.Context, cfg *rest.Config, c Config) error {
 	if err := mgr.Add(manager.RunnableFunc(inst.RunReaper)); err != nil {
 		return err
 	}
-	hb := &Heartbeat{Client: direct, NodeName: c.NodeName, Interval: c.HeartbeatInterval, Clock: c.Clock, Log: c.Log.WithName("heartbeat")}
+	hb := &host.Heartbeat{Client: direct, NodeName: c.NodeName, Interval: c.HeartbeatInterval, Clock: c.Clock, Log: c.Log.WithName("heartbeat")}
 	go func() { _ = hb.Run(ctx) }()
 	go c.reportFacts(ctx, direct, inst.LastQuota)
-	if c.SeedImages {
-		go c.seedImages(ctx, direct, inst.Disks)
-	}
+	go c.reportImages(ctx, direct, store, inst.RecentWipes)
+	go c.prePull(ctx, direct, store, budget)
 	return mgr.Start(ctx)
 }
 
@@ -145,31 +174,11 @@ func (c Config) reportFactsOnce(ctx context.Context, cl client.Client, lastQuota
 	if q := lastQuota(); q != nil {
 		facts.Quota = q
 	}
-	// The inventory has its own writer, the reaper: a facts source's word
-	// on it would undo that writer's.
-	facts.Inventory = nil
-	return ReportFacts(ctx, cl, c.NodeName, facts)
-}
-
-// seedImages writes a small golden file for each MacOSImage, until images
-// are pulled from the central store.
-func (c Config) seedImages(ctx context.Context, cl client.Client, d Disks) {
-	for {
-		images := &fleetv1alpha1.MacOSImageList{}
-		if err := cl.List(ctx, images); err != nil {
-			c.Log.Error(err, "Listing images failed")
-		}
-		for _, img := range images.Items {
-			if err := d.SeedImage(img.Name, 64<<20); err != nil {
-				c.Log.Error(err, "Seeding an image failed", "MacOSImage", img.Name)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.Clock.After(10 * time.Second):
-		}
-	}
+	// The inventory has its own writer, the reaper, and the golden cache
+	// and the wipes theirs, reportImages: a facts source's word on them
+	// would undo those writers'.
+	facts.Inventory, facts.Images, facts.ImageCache, facts.Wipes = nil, nil, nil, nil
+	return host.ReportFacts(ctx, cl, c.NodeName, facts)
 }
 
 func ptrTrue() *bool { t := true; return &t }

@@ -134,6 +134,7 @@ func Freed(node *fleetv1alpha1.MacNode, now time.Time) *fleetv1alpha1.MacNode {
 		out.Status.History = append(out.Status.History, fleetv1alpha1.LeaseRecord{
 			LeaseNamespace: b.LeaseNamespace, LeaseName: b.LeaseName, LeaseUID: b.LeaseUID,
 			BoundAt: b.BoundAt, ReleasedAt: metav1.NewTime(now.UTC().Truncate(time.Second)),
+			Wipes: wipesOf(node, b),
 		})
 		if n := len(out.Status.History); n > HistoryLimit {
 			out.Status.History = out.Status.History[n-HistoryLimit:]
@@ -144,6 +145,24 @@ func Freed(node *fleetv1alpha1.MacNode, now time.Time) *fleetv1alpha1.MacNode {
 	out.Status.Phase = fleetv1alpha1.MacNodeEnrolled
 	if node.Spec.Retired {
 		out.Status.Phase = fleetv1alpha1.MacNodeRetired
+	}
+	return out
+}
+
+// wipesOf is the agent's wipe evidence for the bound lease's instances, for
+// the chassis' history: the agent's report keeps only the latest.
+func wipesOf(node *fleetv1alpha1.MacNode, b *fleetv1alpha1.Binding) []fleetv1alpha1.WipeEvidence {
+	if node.Status.Reported == nil {
+		return nil
+	}
+	var out []fleetv1alpha1.WipeEvidence
+	for _, w := range node.Status.Reported.Wipes {
+		if w.Namespace == b.LeaseNamespace && w.LeaseName == b.LeaseName && !w.WipedAt.Before(&b.BoundAt) {
+			out = append(out, w)
+		}
+	}
+	if n := len(out); n > fleetv1alpha1.MaxWipeRecords {
+		out = out[n-fleetv1alpha1.MaxWipeRecords:]
 	}
 	return out
 }

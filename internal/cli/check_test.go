@@ -69,7 +69,7 @@ func TestPolicyCheck(t *testing.T) {
 			args: []string{"-f", "testdata/lease-23h.yaml", "--operation", "delete"},
 			want: expectation{code: 0, stdout: []string{"ALLOW"}}},
 		{name: "a kind the rules know but no rule concerns is allowed and says so",
-			args: []string{"-f", filepath.Join(samplesDir, "fleet_v1alpha1_macosimage.yaml")},
+			args: []string{"-f", filepath.Join(samplesDir, "images", "fleet_v1alpha1_macosimage.yaml")},
 			want: expectation{code: 0, stdout: []string{"no rule applies"}}},
 
 		// Unreadable or malformed input: exit 2, the file and document named.

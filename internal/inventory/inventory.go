@@ -23,9 +23,17 @@ import (
 
 // +kubebuilder:rbac:groups=fleet.macrack.io,resources=macosimages,verbs=get;list;watch
 
-// Builder reads the inventory from r, normally the manager's cache.
+// Builder reads the inventory from Reader, normally the manager's cache,
+// and its field indexes.
 type Builder struct {
 	Reader client.Reader
+	// Getter, if set, serves the reads of single objects by name (a lease,
+	// an image, a class, a MacNode) in Reader's stead: the webhook sets it
+	// to the API server, to decide again on fresh objects before it denies
+	// (a tenant who writes right after a watch showed the lease Bound must
+	// not be refused on a cache that has not caught up). Lists stay on the
+	// indexes.
+	Getter client.Reader
 }
 
 // For returns the inventory for a write of kind, given the written object
@@ -134,7 +142,11 @@ func (b Builder) addClass(ctx context.Context, inv map[string]any, name string) 
 // get reads one object into inv[role]; a missing object leaves the role
 // absent, which the rules treat as "not found".
 func (b Builder) get(ctx context.Context, key client.ObjectKey, obj client.Object, inv map[string]any, role string) error {
-	if err := b.Reader.Get(ctx, key, obj); err != nil {
+	r := b.Reader
+	if b.Getter != nil {
+		r = b.Getter
+	}
+	if err := r.Get(ctx, key, obj); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/admission"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
+	"github.com/boualleiguie/macrack-operator/internal/reconcile/image"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/lease"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/node"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/placement"
@@ -34,7 +35,8 @@ type Options struct {
 	Webhooks bool
 	// ApplyAdmissionPolicies applies the VAPs and their bindings at start-up.
 	ApplyAdmissionPolicies bool
-	// PolicyNamespace holds the params ConfigMap the VAP bindings read.
+	// PolicyNamespace is the operator's own: it holds the params ConfigMap
+	// the VAP bindings read, and the MacOSImages' pull Secrets.
 	PolicyNamespace string
 	// MaxConcurrentReconciles for the lease controller.
 	MaxConcurrentReconciles int
@@ -96,6 +98,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		Namespace: o.PolicyNamespace,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the placement controller: %w", err)
+	}
+	if err := (&image.Reconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: o.Clock,
+		Recorder: mgr.GetEventRecorder("macrack-image"), Namespace: o.PolicyNamespace,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the image controller: %w", err)
 	}
 	if o.Webhooks {
 		if err := admission.Setup(mgr, o.Engine, o.Clock, o.Params, admissionMetrics); err != nil {

@@ -4,6 +4,7 @@ package rbac
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -131,5 +132,58 @@ func TestTenantRolesCoverLeasesAndInstancesAndNeverStatus(t *testing.T) {
 				t.Errorf("macrack-tenant-view may %s", v)
 			}
 		}
+	}
+}
+
+// TestTheOperatorReadsSecretsOnlyInItsNamespace: the MacOSImages' pull
+// Secrets are read through a Role of macrack-system, get only, bound to
+// the operator's ServiceAccount; no ClusterRole of the operator names
+// secrets (TestTheOperatorsRoleIsNarrow).
+func TestTheOperatorReadsSecretsOnlyInItsNamespace(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "config", "rbac", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var role *rbacv1.Role
+	bound := false
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range bytes.Split(data, []byte("\n---")) {
+			var meta struct {
+				Kind     string `json:"kind"`
+				Metadata struct {
+					Name, Namespace string
+				} `json:"metadata"`
+			}
+			if err := yaml.Unmarshal(doc, &meta); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			switch {
+			case meta.Kind == "Role" && meta.Metadata.Name == "macrack-operator":
+				role = &rbacv1.Role{}
+				if err := yaml.Unmarshal(doc, role); err != nil {
+					t.Fatal(err)
+				}
+			case meta.Kind == "RoleBinding" && meta.Metadata.Name == "macrack-operator":
+				var rb rbacv1.RoleBinding
+				if err := yaml.Unmarshal(doc, &rb); err != nil {
+					t.Fatal(err)
+				}
+				bound = rb.Namespace == "macrack-system" && rb.RoleRef.Kind == "Role" && rb.RoleRef.Name == "macrack-operator" &&
+					len(rb.Subjects) == 1 && rb.Subjects[0].Name == "macrack-operator" && rb.Subjects[0].Namespace == "macrack-system"
+			}
+		}
+	}
+	if role == nil || role.Namespace != "macrack-system" {
+		t.Fatalf("want the operator's Role in macrack-system, got %+v", role)
+	}
+	if len(role.Rules) != 1 || fmt.Sprint(role.Rules[0].Resources) != "[secrets]" || fmt.Sprint(role.Rules[0].Verbs) != "[get]" {
+		t.Fatalf("the operator's Role must grant get on secrets and nothing else, got %+v", role.Rules)
+	}
+	if !bound {
+		t.Fatal("no RoleBinding of the operator's Role to its ServiceAccount in macrack-system")
 	}
 }

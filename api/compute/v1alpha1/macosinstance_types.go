@@ -3,6 +3,8 @@ package v1alpha1
 import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 )
 
 // MacOSInstanceSpec is one macOS VM inside the tenant's lease.
@@ -39,12 +41,14 @@ type MacOSInstanceSpec struct {
 }
 
 // VMPhase is the VM's state as the host agent sees it.
-// +kubebuilder:validation:Enum=Pending;Creating;Starting;Running;Stopping;Stopped;Failed
+// +kubebuilder:validation:Enum=Pending;Pulling;Creating;Starting;Running;Stopping;Stopped;Failed
 type VMPhase string
 
 // The VM phases. Every phase but Stopped counts as live toward instance.cap.
 const (
-	VMPending  VMPhase = "Pending"
+	VMPending VMPhase = "Pending"
+	// VMPulling: the chassis is pulling the instance's golden.
+	VMPulling  VMPhase = "Pulling"
 	VMCreating VMPhase = "Creating"
 	VMStarting VMPhase = "Starting"
 	VMRunning  VMPhase = "Running"
@@ -78,6 +82,16 @@ type RuntimeStatus struct {
 	// lastReportAt is when the guest agent last reported.
 	// +optional
 	LastReportAt *metav1.Time `json:"lastReportAt,omitempty"`
+	// pullPercent is how much of the golden the chassis has fetched while
+	// the phase is Pulling.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	PullPercent *int32 `json:"pullPercent,omitempty"`
+	// wipe is the evidence of the disk's destruction: what, how many bytes,
+	// when and how.
+	// +optional
+	Wipe *fleetv1alpha1.WipeEvidence `json:"wipe,omitempty"`
 	// wipedAt is when the host agent finished wiping the instance's disk.
 	// The agent removes macrack.io/disk-wipe only after recording it
 	// (instance.wipe).

@@ -5,6 +5,7 @@
 package v1alpha1
 
 import (
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
@@ -128,6 +129,16 @@ func (in *RuntimeStatus) DeepCopyInto(out *RuntimeStatus) {
 	if in.LastReportAt != nil {
 		in, out := &in.LastReportAt, &out.LastReportAt
 		*out = (*in).DeepCopy()
+	}
+	if in.PullPercent != nil {
+		in, out := &in.PullPercent, &out.PullPercent
+		*out = new(int32)
+		**out = **in
+	}
+	if in.Wipe != nil {
+		in, out := &in.Wipe, &out.Wipe
+		*out = new(fleetv1alpha1.WipeEvidence)
+		(*in).DeepCopyInto(*out)
 	}
 	if in.WipedAt != nil {
 		in, out := &in.WipedAt, &out.WipedAt

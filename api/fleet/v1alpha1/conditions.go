@@ -44,4 +44,25 @@ const (
 	// wiped.
 	ReasonVMReaped   = "VMReaped"
 	ReasonDiskReaped = "DiskReaped"
+
+	// MacOSImage's Resolved condition.
+	ReasonResolved = "Resolved"
+	// ReasonRegistryUnreachable: the registry did not answer, or refused
+	// the credentials; the operator retries with backoff.
+	ReasonRegistryUnreachable = "RegistryUnreachable"
+	// ReasonNotAGolden: the artifact is not a valid golden (media types,
+	// limits, annotations); retrying cannot help, the digest pins it.
+	ReasonNotAGolden = "NotAGolden"
+	// ReasonPullSecretInvalid: spec.pullSecretName names no usable Secret.
+	ReasonPullSecretInvalid = "PullSecretInvalid"
+	// ReasonImageEvicted (an Event): a chassis evicted its copy of the golden
+	// to make room.
+	ReasonImageEvicted = "ImageEvicted"
+)
+
+// Condition types of a MacOSImage.
+const (
+	// ConditionResolved: the operator read the golden's manifest and config
+	// from the registry, and they are a valid golden.
+	ConditionResolved = "Resolved"
 )

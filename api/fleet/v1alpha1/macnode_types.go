@@ -117,11 +117,23 @@ type ReportedFacts struct {
 	// quota is the kernel VM quota as the agent sees it.
 	// +optional
 	Quota *QuotaReport `json:"quota,omitempty"`
-	// images lists the MacOSImage names present on this host.
+	// images lists the goldens in the chassis' cache, each with its pull
+	// state. The operator lists a serial in MacOSImage.status.replicatedOn
+	// only for a Ready copy.
 	// +optional
-	// +listType=set
+	// +listType=map
+	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=64
-	Images []string `json:"images,omitempty"`
+	Images []ReportedImage `json:"images,omitempty"`
+	// imageCache is the golden cache's use against its budget.
+	// +optional
+	ImageCache *ImageCacheReport `json:"imageCache,omitempty"`
+	// wipes are the latest instance disks the agent destroyed, as evidence,
+	// newest last. The operator copies them into status.history.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Wipes []WipeEvidence `json:"wipes,omitempty"`
 	// inventory is what the chassis holds of its tenants: its VMs and its
 	// instance disks. The operator returns the chassis to the pool only when
 	// the inventory is reported, and empty.
@@ -130,6 +142,97 @@ type ReportedFacts struct {
 	// agentVersion is the host agent's version.
 	// +optional
 	AgentVersion string `json:"agentVersion,omitempty"`
+}
+
+// ImagePhase is a golden's state in one chassis' cache.
+// +kubebuilder:validation:Enum=Pulling;Waiting;Ready;Failed
+type ImagePhase string
+
+// The image phases.
+const (
+	// ImagePulling: chunks are being fetched and verified.
+	ImagePulling ImagePhase = "Pulling"
+	// ImageWaiting: the pull waits for room in the cache that it cannot
+	// make without evicting a golden in use or booked.
+	ImageWaiting ImagePhase = "Waiting"
+	// ImageReady: every chunk verified; instances clone from it.
+	ImageReady ImagePhase = "Ready"
+	// ImageFailed: a chunk failed its digest, or the artifact is refused;
+	// its bytes are discarded.
+	ImageFailed ImagePhase = "Failed"
+)
+
+// ReportedImage is one golden in a chassis' cache.
+type ReportedImage struct {
+	// name is the MacOSImage's name.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// digest is the golden's manifest digest.
+	// +optional
+	// +kubebuilder:validation:MaxLength=80
+	Digest string `json:"digest,omitempty"`
+	// phase is Pulling, Waiting, Ready or Failed.
+	// +required
+	Phase ImagePhase `json:"phase"`
+	// bytesDone and bytesTotal are the compressed bytes fetched and to fetch.
+	// +optional
+	BytesDone int64 `json:"bytesDone,omitempty"`
+	// +optional
+	BytesTotal int64 `json:"bytesTotal,omitempty"`
+	// bytesPerSecond is the recent pull rate.
+	// +optional
+	BytesPerSecond int64 `json:"bytesPerSecond,omitempty"`
+	// message says why the pull waits or failed, with the chunk and both
+	// digests for a mismatch.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+}
+
+// ImageCacheReport is the golden cache's allocated bytes against its budget.
+type ImageCacheReport struct {
+	// used is what the cache's files allocate on disk (as du counts).
+	// +required
+	Used resource.Quantity `json:"used"`
+	// budget is the class's imageCacheBudget, or the agent's override.
+	// +required
+	Budget resource.Quantity `json:"budget"`
+}
+
+// MaxWipeRecords bounds the wipe evidence a report or a history record keeps.
+const MaxWipeRecords = 16
+
+// WipeEvidence records one instance disk destroyed: what, how many bytes,
+// when and how.
+type WipeEvidence struct {
+	// namespace, name and uid of the MacOSInstance whose disk this was.
+	// +required
+	Namespace string `json:"namespace"`
+	// +required
+	Name string `json:"name"`
+	// +required
+	UID types.UID `json:"uid"`
+	// leaseName is the instance's lease, in the same namespace.
+	// +required
+	LeaseName string `json:"leaseName"`
+	// files are the instance's files removed: disk, auxiliary storage,
+	// machine identifier.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	Files []string `json:"files,omitempty"`
+	// bytes is what those files allocated on disk when they were removed.
+	// +required
+	Bytes int64 `json:"bytes"`
+	// method is how: "apfs-clone-unlink" (an APFS clone's own blocks are
+	// freed by deleting it; the golden's shared blocks were never the
+	// tenant's), "reflink-unlink", or "unlink" for a full copy.
+	// +required
+	Method string `json:"method"`
+	// wipedAt is when the last file was gone.
+	// +required
+	WipedAt metav1.Time `json:"wipedAt"`
 }
 
 // HostInventory is what the host agent finds on the chassis: a VM for
@@ -206,6 +309,13 @@ type Binding struct {
 	// stays with this tenant at least until then.
 	// +required
 	EarliestReleaseAt metav1.Time `json:"earliestReleaseAt"`
+	// images are the MacOSImages the lease books (its spec.images), copied
+	// here because agents cannot read leases: the chassis pulls them at
+	// bind, and never evicts them while the lease holds it.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=8
+	Images []string `json:"images,omitempty"`
 }
 
 // Slot is one VM slot of the chassis, claimed by one instance.
@@ -233,6 +343,11 @@ type LeaseRecord struct {
 	BoundAt metav1.Time `json:"boundAt"`
 	// +required
 	ReleasedAt metav1.Time `json:"releasedAt"`
+	// wipes are the instance disks of this lease that the agent destroyed.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Wipes []WipeEvidence `json:"wipes,omitempty"`
 }
 
 // MacNodeStatus is split by owner: reported belongs to the host agent,
@@ -291,6 +406,8 @@ type MacNodeStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Tenant",type=string,JSONPath=`.status.binding.leaseNamespace`
 // +kubebuilder:printcolumn:name="Lease",type=string,JSONPath=`.status.binding.leaseName`
+// +kubebuilder:printcolumn:name="Goldens",type=string,JSONPath=`.status.reported.images[*].name`,priority=1
+// +kubebuilder:printcolumn:name="Pulls",type=string,JSONPath=`.status.reported.images[*].phase`,priority=1
 // +kubebuilder:printcolumn:name="Retired",type=boolean,JSONPath=`.spec.retired`,priority=1
 // +kubebuilder:printcolumn:name="Release After",type=date,JSONPath=`.status.binding.earliestReleaseAt`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -37,7 +37,18 @@ type MacNodeClassSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=2
 	VMCapacity int32 `json:"vmCapacity"`
+
+	// imageCacheBudget is how much of one chassis' disk its golden cache may
+	// allocate. Least-recently-used goldens are evicted to stay within it,
+	// never one in use or booked by the bound lease. An agent flag can
+	// override it. Unset, 400Gi.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="isQuantity(string(self)) && quantity(string(self)).isGreaterThan(quantity('0'))",message="imageCacheBudget must be a positive quantity"
+	ImageCacheBudget *resource.Quantity `json:"imageCacheBudget,omitempty"`
 }
+
+// DefaultImageCacheBudget is a class's imageCacheBudget when unset.
+const DefaultImageCacheBudget = "400Gi"
 
 // MacNodeClassStatus is written by the operator.
 type MacNodeClassStatus struct {

@@ -5,58 +5,110 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// MacOSImageSpec is one golden image: one macOS version plus one Xcode.
+// MacOSImageSpec names one golden image, one macOS plus one Xcode, by the
+// digest of its OCI artifact. Everything else about the golden (versions,
+// size, minimum disk, hardware model, auxiliary storage) comes from the
+// artifact: the operator resolves it into status.resolved.
 type MacOSImageSpec struct {
-	// macOSVersion is the guest macOS version, for example "15.5".
-	// +required
-	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+){0,2}$`
-	MacOSVersion string `json:"macOSVersion"`
-
-	// xcodeVersion is the Xcode installed in the image, for example "16.4".
-	// +required
-	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+){0,2}$`
-	XcodeVersion string `json:"xcodeVersion"`
-
-	// source is where hosts pull the image from, for example an OCI reference
-	// or an https URL on the central store.
+	// source is the golden's OCI reference, pinned by digest:
+	// host[:port]/repository@sha256:<64 hex>. A tag alone is refused: a
+	// golden's content must never change under a running fleet.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)+(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?@sha256:[a-f0-9]{64}$')",message="source must be an OCI reference pinned by digest, host/repository@sha256:<64 hex digits>; a tag alone can move under a running fleet"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="source is immutable: a golden's content never changes under a running fleet; create a new MacOSImage"
 	Source string `json:"source"`
 
-	// digest is the content digest of the disk image.
+	// pullSecretName names a kubernetes.io/dockerconfigjson Secret in the
+	// operator's namespace with the registry's credentials. Unset, the
+	// registry is read anonymously.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	PullSecretName string `json:"pullSecretName,omitempty"`
+
+	// plainHTTP reads the registry over plain HTTP rather than HTTPS: for a
+	// registry on loopback, as `make run` has. Every byte is still checked
+	// against the pinned digest.
+	// +optional
+	PlainHTTP bool `json:"plainHTTP,omitempty"`
+
+	// prePull has the golden pulled onto chassis before any tenant asks.
+	// +optional
+	PrePull *PrePull `json:"prePull,omitempty"`
+}
+
+// PrePull names the chassis that hold a golden before it is asked for.
+type PrePull struct {
+	// nodeClassNames: every chassis of these classes pulls the golden.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=253
+	NodeClassNames []string `json:"nodeClassNames,omitempty"`
+}
+
+// ResolvedImage is what the golden's artifact says of itself, as the
+// operator read it from the registry.
+type ResolvedImage struct {
+	// digest is the manifest digest the operator read: the source's.
 	// +required
-	// +kubebuilder:validation:Pattern=`^sha256:[a-f0-9]{64}$`
 	Digest string `json:"digest"`
-
-	// size is the disk image size.
+	// macOSVersion is the guest macOS, for example "15.5".
 	// +required
-	// +kubebuilder:validation:XValidation:rule="isQuantity(string(self)) && quantity(string(self)).isGreaterThan(quantity('0'))",message="size must be a positive quantity"
-	Size resource.Quantity `json:"size"`
-
-	// hardwareModel is the base64 VZMacHardwareModel data representation that
-	// the guest was installed for. A macOS guest cannot boot without it.
+	MacOSVersion string `json:"macOSVersion"`
+	// xcodeVersions are the Xcodes installed, for example ["16.4"].
+	// +optional
+	// +listType=atomic
+	XcodeVersions []string `json:"xcodeVersions,omitempty"`
+	// minimumDisk is the smallest instance disk the golden fits on
+	// (instance.image reads it).
 	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=4096
+	MinimumDisk resource.Quantity `json:"minimumDisk"`
+	// diskSize is the golden disk's size, uncompressed.
+	// +required
+	DiskSize resource.Quantity `json:"diskSize"`
+	// compressedSize is what a pull fetches for the disk.
+	// +required
+	CompressedSize resource.Quantity `json:"compressedSize"`
+	// chunks is how many layers the disk is cut into.
+	// +required
+	Chunks int32 `json:"chunks"`
+	// compression is the chunks' compression, zstd or lz4.
+	// +required
+	Compression string `json:"compression"`
+	// hardwareModel is the base64 VZMacHardwareModel data representation
+	// the guest was installed for, read from the golden's hardware-model
+	// layer. A macOS guest cannot boot without it.
+	// +required
+	// +kubebuilder:validation:MaxLength=87384
 	HardwareModel string `json:"hardwareModel"`
-
-	// auxiliaryStorageTemplate is where hosts pull the auxiliary (NVRAM)
-	// storage template from; each instance gets its own clone.
+	// hardwareModelDigest and auxiliaryStorageDigest pin the VM's hardware
+	// model and auxiliary-storage template layers.
 	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=2048
-	AuxiliaryStorageTemplate string `json:"auxiliaryStorageTemplate"`
+	HardwareModelDigest string `json:"hardwareModelDigest"`
+	// +required
+	AuxiliaryStorageDigest string `json:"auxiliaryStorageDigest"`
 }
 
 // MacOSImageStatus is written by the operator.
 type MacOSImageStatus struct {
-	// replicatedOn lists the serials of the hosts that hold this image.
+	// observedGeneration is the generation the operator last resolved.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// resolved is what the golden's artifact holds. Unset until the
+	// Resolved condition is True; instances of the image wait until then.
+	// +optional
+	Resolved *ResolvedImage `json:"resolved,omitempty"`
+
+	// replicatedOn lists the serials of the chassis whose copy of the golden
+	// has verified, chunk by chunk: a chassis still pulling is not listed.
 	// +optional
 	// +listType=set
 	ReplicatedOn []string `json:"replicatedOn,omitempty"`
 
-	// conditions report the image's availability.
+	// conditions: Resolved.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -66,9 +118,12 @@ type MacOSImageStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=mimg,categories=macrack
-// +kubebuilder:printcolumn:name="macOS",type=string,JSONPath=`.spec.macOSVersion`
-// +kubebuilder:printcolumn:name="Xcode",type=string,JSONPath=`.spec.xcodeVersion`
-// +kubebuilder:printcolumn:name="Size",type=string,JSONPath=`.spec.size`
+// +kubebuilder:printcolumn:name="macOS",type=string,JSONPath=`.status.resolved.macOSVersion`
+// +kubebuilder:printcolumn:name="Xcode",type=string,JSONPath=`.status.resolved.xcodeVersions[0]`
+// +kubebuilder:printcolumn:name="Disk",type=string,JSONPath=`.status.resolved.diskSize`
+// +kubebuilder:printcolumn:name="Resolved",type=string,JSONPath=`.status.conditions[?(@.type=="Resolved")].status`
+// +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.spec.source`,priority=1
+// +kubebuilder:printcolumn:name="Replicas",type=string,JSONPath=`.status.replicatedOn`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // MacOSImage is a golden image, one per macOS plus Xcode.
@@ -92,8 +147,13 @@ type MacOSImageList struct {
 	Items           []MacOSImage `json:"items"`
 }
 
-// MinimumDisk is the smallest instance disk the image fits on: its spec.size
-// today. Every reader (the agent's clone check; the Rego rule instance.image
-// has its own image_size) goes through here, so that the size can move to
-// what the operator resolves from the image's artifact.
-func (i *MacOSImage) MinimumDisk() resource.Quantity { return i.Spec.Size }
+// MinimumDisk is the smallest instance disk the golden fits on, as resolved
+// from its artifact; false until the operator has resolved it. Every Go
+// reader goes through here; the Rego rule instance.image reads the same
+// field.
+func (i *MacOSImage) MinimumDisk() (resource.Quantity, bool) {
+	if i.Status.Resolved == nil {
+		return resource.Quantity{}, false
+	}
+	return i.Status.Resolved.MinimumDisk, true
+}

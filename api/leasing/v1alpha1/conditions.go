@@ -8,6 +8,9 @@ const (
 	ConditionHeld = "Held"
 	// ConditionReleased: the chassis went back to the pool.
 	ConditionReleased = "Released"
+	// ConditionImagesReady: every image in spec.images has verified on the
+	// bound chassis.
+	ConditionImagesReady = "ImagesReady"
 )
 
 // Reasons used on lease conditions.
@@ -28,4 +31,12 @@ const (
 	// without its disks wiped, as its history records.
 	ReasonChassisRetired = "ChassisRetired"
 	ReasonNotBound       = "NotBound"
+	// ReasonDiskWiped (an Event): an instance's disk was destroyed, with the
+	// evidence.
+	ReasonDiskWiped = "DiskWiped"
+	// ImagesReady's reasons.
+	ReasonImagesPulled  = "ImagesPulled"
+	ReasonImagesPulling = "ImagesPulling"
+	ReasonImagesFailed  = "ImagesFailed"
+	ReasonNoImages      = "NoImages"
 )

@@ -41,6 +41,17 @@ type MacNodeLeaseSpec struct {
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^[0-9]{1,6}(\.[0-9]+)?(h([0-9]{1,6}(\.[0-9]+)?m)?([0-9]{1,6}(\.[0-9]+)?s)?|m([0-9]{1,6}(\.[0-9]+)?s)?|s)$`
 	MinimumDuration string `json:"minimumDuration"`
+
+	// images are MacOSImage names to pull onto the chassis at bind, before
+	// the tenant asks for an instance; the ImagesReady condition says when
+	// they have verified. The chassis never evicts them while the lease
+	// holds it. They are read at bind, so they are immutable.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="images is immutable: the chassis pulls them at bind"
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=253
+	Images []string `json:"images,omitempty"`
 }
 
 // MacNodeLeaseStatus is written by the operator. Every transition stamps its

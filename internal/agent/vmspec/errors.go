@@ -19,6 +19,9 @@ var (
 	ErrDisk = errors.New("invalid disk size")
 	// ErrHardwareModel means the image's hardware model is missing or not base64.
 	ErrHardwareModel = errors.New("invalid hardware model")
+	// ErrImageUnresolved means the operator has not resolved the image's
+	// artifact yet: its minimum disk and hardware model are unknown.
+	ErrImageUnresolved = errors.New("image not resolved")
 	// ErrMachineIdentifier means the machine identifier is missing.
 	ErrMachineIdentifier = errors.New("invalid machine identifier")
 	// ErrPath means a file path is missing or not absolute.

@@ -115,14 +115,18 @@ func Render(inst *computev1alpha1.MacOSInstance, img *fleetv1alpha1.MacOSImage, 
 	if err != nil {
 		return VMSpec{}, err
 	}
-	if need := img.MinimumDisk(); inst.Spec.Disk.Cmp(need) < 0 {
+	need, ok := img.MinimumDisk()
+	if !ok {
+		return VMSpec{}, fmt.Errorf("%w: image %s is not resolved from its artifact yet", ErrImageUnresolved, img.Name)
+	}
+	if inst.Spec.Disk.Cmp(need) < 0 {
 		return VMSpec{}, fmt.Errorf("%w: disk %s is smaller than image %s's %s",
 			ErrDisk, inst.Spec.Disk.String(), img.Name, need.String())
 	}
-	if img.Spec.HardwareModel == "" {
+	if img.Status.Resolved.HardwareModel == "" {
 		return VMSpec{}, fmt.Errorf("%w: image %s has none", ErrHardwareModel, img.Name)
 	}
-	model, err := base64.StdEncoding.DecodeString(img.Spec.HardwareModel)
+	model, err := base64.StdEncoding.DecodeString(img.Status.Resolved.HardwareModel)
 	if err != nil {
 		return VMSpec{}, fmt.Errorf("%w: image %s: %w", ErrHardwareModel, img.Name, err)
 	}

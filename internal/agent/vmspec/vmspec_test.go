@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -33,13 +34,12 @@ func instance() *computev1alpha1.MacOSInstance {
 func image() *fleetv1alpha1.MacOSImage {
 	return &fleetv1alpha1.MacOSImage{
 		ObjectMeta: metav1.ObjectMeta{Name: "sequoia-xcode16"},
-		Spec: fleetv1alpha1.MacOSImageSpec{
-			MacOSVersion: "15.5", XcodeVersion: "16.4", Source: "oci://store/sequoia:16.4",
-			Digest:                   "sha256:" + "ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12",
-			Size:                     resource.MustParse("120Gi"),
-			HardwareModel:            base64.StdEncoding.EncodeToString(model),
-			AuxiliaryStorageTemplate: "oci://store/sequoia-aux:16.4",
-		},
+		Spec:       fleetv1alpha1.MacOSImageSpec{Source: "store.example/sequoia@sha256:" + strings.Repeat("ab12", 16)},
+		Status: fleetv1alpha1.MacOSImageStatus{Resolved: &fleetv1alpha1.ResolvedImage{
+			Digest: "sha256:" + strings.Repeat("ab12", 16), MacOSVersion: "15.5", XcodeVersions: []string{"16.4"},
+			MinimumDisk: resource.MustParse("120Gi"), DiskSize: resource.MustParse("120Gi"),
+			HardwareModel: base64.StdEncoding.EncodeToString(model),
+		}},
 	}
 }
 
@@ -127,11 +127,16 @@ func TestRenderRejects(t *testing.T) {
 			}, want: ErrDisk},
 		{name: "a hardware model that is not base64 is refused",
 			img: func(i *fleetv1alpha1.MacOSImage) *fleetv1alpha1.MacOSImage {
-				i.Spec.HardwareModel = "not*base64!"
+				i.Status.Resolved.HardwareModel = "not*base64!"
 				return i
 			}, want: ErrHardwareModel},
 		{name: "an empty hardware model is refused",
-			img: func(i *fleetv1alpha1.MacOSImage) *fleetv1alpha1.MacOSImage { i.Spec.HardwareModel = ""; return i }, want: ErrHardwareModel},
+			img: func(i *fleetv1alpha1.MacOSImage) *fleetv1alpha1.MacOSImage {
+				i.Status.Resolved.HardwareModel = ""
+				return i
+			}, want: ErrHardwareModel},
+		{name: "an image not resolved from its artifact is refused",
+			img: func(i *fleetv1alpha1.MacOSImage) *fleetv1alpha1.MacOSImage { i.Status.Resolved = nil; return i }, want: ErrImageUnresolved},
 		{name: "a missing machine identifier is refused", machineID: []byte{}, want: ErrMachineIdentifier},
 		{name: "a relative disk path is refused",
 			paths: Paths{Disk: "disk.img", AuxiliaryStorage: paths.AuxiliaryStorage}, want: ErrPath},

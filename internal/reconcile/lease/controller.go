@@ -67,7 +67,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("macnodelease").
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Watches(&fleetv1alpha1.MacNode{}, handler.EnqueueRequestsFromMapFunc(r.leasesForMacNode)).
-		Watches(&computev1alpha1.MacOSInstance{}, handler.EnqueueRequestsFromMapFunc(leaseOfInstance))
+		Watches(&computev1alpha1.MacOSInstance{}, r.instanceHandler())
 	if r.Ticks != nil {
 		b = b.WatchesRawSource(source.Channel(r.Ticks, &handler.EnqueueRequestForObject{}))
 	}

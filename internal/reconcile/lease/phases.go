@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -108,7 +109,7 @@ func (r *Reconciler) bind(ctx context.Context, s *scope) (ctrl.Result, error) {
 		claimed := node.DeepCopy()
 		claimed.Status.Binding = &fleetv1alpha1.Binding{
 			LeaseNamespace: lease.Namespace, LeaseName: lease.Name, LeaseUID: lease.UID,
-			BoundAt: boundAt, EarliestReleaseAt: era,
+			BoundAt: boundAt, EarliestReleaseAt: era, Images: slices.Clone(lease.Spec.Images),
 		}
 		claimed.Status.Phase = fleetv1alpha1.MacNodeLeased
 

@@ -2,11 +2,13 @@ package lease
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/conditions"
 )
@@ -85,5 +87,48 @@ func (r *Reconciler) updateStatus(s *scope) {
 	default:
 		conditions.Set(c, conditions.False(leasingv1alpha1.ConditionReleased, leasingv1alpha1.ReasonNotDeleted, "the lease is not being deleted"), gen, now)
 	}
+	if len(lease.Spec.Images) > 0 {
+		conditions.Set(c, imagesReady(lease, s.node), gen, now)
+	}
 	lease.Status.ObservedGeneration = gen
+}
+
+// imagesReady is the ImagesReady condition of a lease that books images:
+// True once every one has verified on the bound chassis, by its agent's
+// report.
+func imagesReady(lease *leasingv1alpha1.MacNodeLease, node *fleetv1alpha1.MacNode) metav1.Condition {
+	if node == nil {
+		return conditions.False(leasingv1alpha1.ConditionImagesReady, leasingv1alpha1.ReasonNotBound,
+			"the images are pulled once a chassis is bound")
+	}
+	reported := map[string]fleetv1alpha1.ReportedImage{}
+	if node.Status.Reported != nil {
+		for _, i := range node.Status.Reported.Images {
+			reported[i.Name] = i
+		}
+	}
+	var failed, pulling []string
+	for _, name := range lease.Spec.Images {
+		i, ok := reported[name]
+		switch {
+		case !ok:
+			pulling = append(pulling, name+" (not started)")
+		case i.Phase == fleetv1alpha1.ImageFailed:
+			failed = append(failed, name+": "+i.Message)
+		case i.Phase == fleetv1alpha1.ImageReady:
+		case i.BytesTotal > 0:
+			pulling = append(pulling, fmt.Sprintf("%s (%s, %d%%)", name, i.Phase, i.BytesDone*100/i.BytesTotal))
+		default:
+			pulling = append(pulling, fmt.Sprintf("%s (%s)", name, i.Phase))
+		}
+	}
+	switch {
+	case len(failed) > 0:
+		return conditions.False(leasingv1alpha1.ConditionImagesReady, leasingv1alpha1.ReasonImagesFailed, strings.Join(failed, "; "))
+	case len(pulling) > 0:
+		return conditions.False(leasingv1alpha1.ConditionImagesReady, leasingv1alpha1.ReasonImagesPulling,
+			"chassis "+node.Spec.Serial+" is pulling "+strings.Join(pulling, ", "))
+	}
+	return conditions.True(leasingv1alpha1.ConditionImagesReady, leasingv1alpha1.ReasonImagesPulled,
+		fmt.Sprintf("chassis %s holds a verified copy of %s", node.Spec.Serial, strings.Join(lease.Spec.Images, ", ")))
 }

@@ -22,7 +22,7 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/agent"
+	"github.com/boualleiguie/macrack-operator/internal/agent/host"
 	"github.com/boualleiguie/macrack-operator/internal/enroll"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 )
@@ -31,14 +31,14 @@ import (
 // with the per-agent bindings enrolment writes.
 func agentClient(node string) client.Client {
 	GinkgoHelper()
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: agent.ServiceAccountName(node), Namespace: agentsNamespace}}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: host.ServiceAccountName(node), Namespace: agentsNamespace}}
 	Expect(client.IgnoreAlreadyExists(admin.Create(ctx, sa))).To(Succeed())
 	for _, b := range enroll.AgentBindings(macNode(node), agentsNamespace) {
 		Expect(client.IgnoreAlreadyExists(admin.Create(ctx, b))).To(Succeed())
 	}
 	c, err := env.ClientAsServiceAccount(agentsNamespace, sa.Name)
 	Expect(err).NotTo(HaveOccurred())
-	Expect(harness.WaitAllowed(ctx, c, authorizationv1.ResourceAttributes{Verb: "create", Namespace: agent.HeartbeatNamespace,
+	Expect(harness.WaitAllowed(ctx, c, authorizationv1.ResourceAttributes{Verb: "create", Namespace: host.HeartbeatNamespace,
 		Group: "coordination.k8s.io", Resource: "leases"})).To(Succeed())
 	return c
 }
@@ -58,7 +58,7 @@ var _ = Describe("agent.scope", Ordered, func() {
 		class := "m4-agents"
 		_, err := harness.CreateClass(ctx, admin, class, 2)
 		Expect(err).NotTo(HaveOccurred())
-		Expect(harness.CreateImage(ctx, admin, "img", "60Gi")).To(Succeed())
+		Expect(env.CreateImage(ctx, admin, "img", "60Gi")).To(Succeed())
 		for _, n := range []*string{&nodeA, &nodeB} {
 			serial := harness.NewSerial()
 			*n = strings.ToLower(serial)
@@ -69,7 +69,7 @@ var _ = Describe("agent.scope", Ordered, func() {
 		b := agentClient(nodeB)
 		// The VAPs load asynchronously: wait until agent.scope bites.
 		Eventually(func() error {
-			return agent.ReportFacts(ctx, a, nodeB, harness.GoodFacts())
+			return host.ReportFacts(ctx, a, nodeB, harness.GoodFacts())
 		}).Should(MatchError(ContainSubstring("agent.scope")))
 
 		// Each agent registers its Node and reports its facts; the operator
@@ -78,7 +78,7 @@ var _ = Describe("agent.scope", Ordered, func() {
 			c    client.Client
 			node string
 		}{{a, nodeA}, {b, nodeB}} {
-			_, err := agent.Register(ctx, x.c, x.node)
+			_, err := host.Register(ctx, x.c, x.node)
 			Expect(err).NotTo(HaveOccurred(), "positive control: registration")
 			n := &corev1.Node{}
 			Expect(admin.Get(ctx, client.ObjectKey{Name: x.node}, n)).To(Succeed())
@@ -89,9 +89,9 @@ var _ = Describe("agent.scope", Ordered, func() {
 					mine = append(mine, t.Key)
 				}
 			}
-			Expect(mine).To(ConsistOf(agent.UnleasedKey))
-			Expect(n.Status.Capacity.Name(agent.VMResource, resource.DecimalSI).Value()).To(Equal(int64(2)))
-			Expect(agent.ReportFacts(ctx, x.c, x.node, harness.GoodFacts())).To(Succeed(), "positive control: its own facts")
+			Expect(mine).To(ConsistOf(host.UnleasedKey))
+			Expect(n.Status.Capacity.Name(host.VMResource, resource.DecimalSI).Value()).To(Equal(int64(2)))
+			Expect(host.ReportFacts(ctx, x.c, x.node, harness.GoodFacts())).To(Succeed(), "positive control: its own facts")
 			Eventually(func() fleetv1alpha1.MacNodePhase { return macNode(x.node).Status.Phase }).Should(Equal(fleetv1alpha1.MacNodeReady))
 		}
 
@@ -127,14 +127,14 @@ var _ = Describe("agent.scope", Ordered, func() {
 		It("adopts its existing Node, and may not create B's", func() {
 			n := &corev1.Node{}
 			Expect(admin.Get(ctx, client.ObjectKey{Name: nodeA}, n)).To(Succeed())
-			_, err := agent.Register(ctx, a, nodeA)
+			_, err := host.Register(ctx, a, nodeA)
 			Expect(err).NotTo(HaveOccurred(), "an existing Node is adopted")
 			again := &corev1.Node{}
 			Expect(admin.Get(ctx, client.ObjectKey{Name: nodeA}, again)).To(Succeed())
 			Expect(again.UID).To(Equal(n.UID), "adopted, not recreated")
 
 			Expect(admin.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeB}})).To(Succeed())
-			foreign := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeB}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: agent.UnleasedKey, Effect: corev1.TaintEffectNoSchedule}}}}
+			foreign := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeB}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: host.UnleasedKey, Effect: corev1.TaintEffectNoSchedule}}}}
 			harness.ExpectPolicyDenial(a.Create(ctx, foreign), "agent.scope")
 		})
 		It("may not change a macrack.io taint or the tenant label, and may change a foreign taint", func() {
@@ -155,10 +155,10 @@ var _ = Describe("agent.scope", Ordered, func() {
 			n := &corev1.Node{}
 			Expect(a.Get(ctx, client.ObjectKey{Name: nodeA}, n)).To(Succeed())
 			three := n.DeepCopy()
-			three.Status.Capacity[agent.VMResource] = resource.MustParse("3")
+			three.Status.Capacity[host.VMResource] = resource.MustParse("3")
 			harness.ExpectPolicyDenial(a.Status().Patch(ctx, three, client.MergeFrom(n)), "quota.never-circumvent")
 			Expect(a.Get(ctx, client.ObjectKey{Name: nodeA}, n)).To(Succeed())
-			Expect(n.Status.Capacity.Name(agent.VMResource, resource.DecimalSI).Value()).To(Equal(int64(2)))
+			Expect(n.Status.Capacity.Name(host.VMResource, resource.DecimalSI).Value()).To(Equal(int64(2)))
 		})
 		It("may not delete its Node", func() {
 			harness.ExpectRBACDenial(a.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeA}}), "delete", "nodes")
@@ -167,10 +167,10 @@ var _ = Describe("agent.scope", Ordered, func() {
 
 	Context("on its MacNode", func() {
 		It("patches its own status.reported", func() {
-			Expect(agent.ReportFacts(ctx, a, nodeA, harness.GoodFacts())).To(Succeed())
+			Expect(host.ReportFacts(ctx, a, nodeA, harness.GoodFacts())).To(Succeed())
 		})
 		It("may not patch MacNode B", func() {
-			harness.ExpectPolicyDenial(agent.ReportFacts(ctx, a, nodeB, harness.GoodFacts()), "agent.scope")
+			harness.ExpectPolicyDenial(host.ReportFacts(ctx, a, nodeB, harness.GoodFacts()), "agent.scope")
 		})
 		It("may not write its own status.binding or status.slots", func() {
 			harness.ExpectPolicyDenial(statusPatch(a, &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: nodeA}}, map[string]any{
@@ -198,17 +198,17 @@ var _ = Describe("agent.scope", Ordered, func() {
 
 	Context("on leases and tokens", func() {
 		It("renews its own heartbeat Lease, and may not write B's", func() {
-			hb := &agent.Heartbeat{Client: a, NodeName: nodeA, Interval: 10 * time.Second, Clock: clock.RealClock{}}
+			hb := &host.Heartbeat{Client: a, NodeName: nodeA, Interval: 10 * time.Second, Clock: clock.RealClock{}}
 			Expect(hb.Beat(ctx)).To(Succeed(), "positive control: create")
 			Expect(hb.Beat(ctx)).To(Succeed(), "positive control: renew")
-			foreign := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: nodeB, Namespace: agent.HeartbeatNamespace},
+			foreign := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: nodeB, Namespace: host.HeartbeatNamespace},
 				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(nodeB)}}
 			harness.ExpectPolicyDenial(a.Create(ctx, foreign), "agent.scope")
 		})
 		It("requests a token for itself, and may not for agent B", func() {
-			own := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: agent.ServiceAccountName(nodeA), Namespace: agentsNamespace}}
+			own := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: host.ServiceAccountName(nodeA), Namespace: agentsNamespace}}
 			Expect(a.SubResource("token").Create(ctx, own, &authenticationv1.TokenRequest{})).To(Succeed())
-			other := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: agent.ServiceAccountName(nodeB), Namespace: agentsNamespace}}
+			other := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: host.ServiceAccountName(nodeB), Namespace: agentsNamespace}}
 			harness.ExpectPolicyDenial(a.SubResource("token").Create(ctx, other, &authenticationv1.TokenRequest{}), "agent.scope")
 		})
 		It("may not list MacNodeLeases", func() {

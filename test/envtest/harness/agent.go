@@ -18,6 +18,8 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent"
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
+	"github.com/boualleiguie/macrack-operator/internal/agent/host"
+	"github.com/boualleiguie/macrack-operator/internal/agent/instances"
 	"github.com/boualleiguie/macrack-operator/internal/enroll"
 )
 
@@ -102,14 +104,14 @@ func (e *Env) StartAgent(o AgentOptions) (*Agent, error) {
 	go func() {
 		a.done <- agent.Run(runCtx, cfg, agent.Config{
 			NodeName: a.Node, AgentsNamespace: AgentsNamespace, StateDir: o.StateDir, Launcher: launcher,
-			Facts: agent.StaticFacts{Reported: &fleetv1alpha1.ReportedFacts{
+			Facts: host.StaticFacts{Reported: &fleetv1alpha1.ReportedFacts{
 				Disk: &disk, NetworkGbps: ptr.To(int32(10)), Chip: "M4", MacOSVersion: "15.5",
 				SIPEnabled: ptr.To(true), VirtualizationEntitlement: ptr.To(true),
 				Quota: &fleetv1alpha1.QuotaReport{State: fleetv1alpha1.QuotaOK},
 			}},
-			HeartbeatInterval: o.Heartbeat, FactsInterval: time.Minute, SeedImages: true,
+			HeartbeatInterval: o.Heartbeat, FactsInterval: time.Minute, ImagesInterval: 500 * time.Millisecond, PullRetry: time.Second,
 			TokenFile: tokenFile, TokenTTL: time.Hour,
-			Clock: clock.RealClock{}, Log: o.Log, NewMachineID: agent.RandomMachineID, Poll: time.Second,
+			Clock: clock.RealClock{}, Log: o.Log, NewMachineID: instances.RandomMachineID, Poll: time.Second,
 		})
 	}()
 	return a, nil
@@ -137,4 +139,4 @@ func (a *Agent) HelperPID(uid string) int {
 }
 
 // DiskDir is where an instance's disk lives on this agent's host.
-func (a *Agent) DiskDir(uid string) string { return agent.Disks{Root: a.StateDir}.InstanceDir(uid) }
+func (a *Agent) DiskDir(uid string) string { return instances.Disks{Root: a.StateDir}.InstanceDir(uid) }

@@ -139,14 +139,3 @@ func (e *Env) ClientAs(user string, groups ...string) (client.Client, error) {
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: append([]string{"system:authenticated"}, groups...)}
 	return client.New(cfg, client.Options{Scheme: e.Scheme})
 }
-
-// CreateImage creates a golden image of size, or finds it; the
-// instance.image rule refuses instances whose image does not exist or does
-// not fit their disk.
-func CreateImage(ctx context.Context, c client.Client, name, size string) error {
-	img := &fleetv1alpha1.MacOSImage{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: fleetv1alpha1.MacOSImageSpec{
-		MacOSVersion: "15.5", XcodeVersion: "16.4", Source: "https://images.example.com/" + name + ".img",
-		Digest: "sha256:" + strings.Repeat("a", 64), Size: resource.MustParse(size),
-		HardwareModel: "YnBsaXN0MDA=", AuxiliaryStorageTemplate: "https://images.example.com/" + name + ".aux"}}
-	return client.IgnoreAlreadyExists(c.Create(ctx, img))
-}

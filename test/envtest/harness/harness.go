@@ -39,6 +39,10 @@ type Env struct {
 	Scheme      *k8sruntime.Scheme
 
 	controllerManagers []*ControllerManager
+	// images is the suite's golden store; resolving says whether an
+	// operator that resolves MacOSImages runs.
+	images    *imageStore
+	resolving bool
 }
 
 // Start boots kube-apiserver and etcd and installs every CRD under
@@ -91,6 +95,9 @@ func (e *Env) Stop() error {
 	var errs []error
 	for _, cm := range e.controllerManagers {
 		errs = append(errs, cm.Stop())
+	}
+	if e.images != nil {
+		e.images.stop()
 	}
 	errs = append(errs, e.Environment.Stop())
 	return errors.Join(errs...)

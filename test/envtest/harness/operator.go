@@ -133,6 +133,7 @@ func (e *Env) StartOperator(o OperatorOptions) (*Operator, error) {
 		cancel()
 		return nil, err
 	}
+	e.resolving = e.resolving || !o.WebhooksOnly
 	go func() { op.done <- mgr.Start(ctx) }()
 	if !mgr.GetCache().WaitForCacheSync(ctx) {
 		cancel()

@@ -17,7 +17,7 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/agent"
+	"github.com/boualleiguie/macrack-operator/internal/agent/host"
 	"github.com/boualleiguie/macrack-operator/internal/enroll"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 )
@@ -45,11 +45,11 @@ func enrollChassis(class string) enrolled {
 	_, err := enroll.Enroll(ctx, admin, env.Config, enroll.Options{Serial: serial, Class: class,
 		AgentsNamespace: agentsNamespace, TokenTTL: time.Hour})
 	Expect(err).NotTo(HaveOccurred())
-	e := enrolled{node: enroll.NodeName(serial), client: serviceAccountClient(agentsNamespace, agent.ServiceAccountName(enroll.NodeName(serial)))}
+	e := enrolled{node: enroll.NodeName(serial), client: serviceAccountClient(agentsNamespace, host.ServiceAccountName(enroll.NodeName(serial)))}
 	// RBAC reads bindings from an informer: wait until the agent's are in force.
-	Eventually(func() error { _, err := agent.Register(ctx, e.client, e.node); return err }).Should(Succeed(),
+	Eventually(func() error { _, err := host.Register(ctx, e.client, e.node); return err }).Should(Succeed(),
 		"positive control: the enrolled agent registers its Node")
-	Eventually(func() error { return agent.ReportFacts(ctx, e.client, e.node, harness.GoodFacts()) }).Should(Succeed(),
+	Eventually(func() error { return host.ReportFacts(ctx, e.client, e.node, harness.GoodFacts()) }).Should(Succeed(),
 		"positive control: the enrolled agent reports its facts")
 	Eventually(func() fleetv1alpha1.MacNodePhase { return macNode(e.node).Status.Phase }).Should(Equal(fleetv1alpha1.MacNodeReady))
 	return e
@@ -136,13 +136,13 @@ func attacks() []attack {
 			return c.SubResource("token").Create(ctx, sa, tokenRequest(3600))
 		}},
 		{"mint a token for the leased chassis' agent", "create", "serviceaccounts/token", func(c client.Client, t leasedChassis) error {
-			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: agent.ServiceAccountName(t.lease.Status.NodeName), Namespace: agentsNamespace}}
+			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: host.ServiceAccountName(t.lease.Status.NodeName), Namespace: agentsNamespace}}
 			return c.SubResource("token").Create(ctx, sa, tokenRequest(3600))
 		}},
 		{"replace the leased Node's taints", "patch", "nodes", func(c client.Client, t leasedChassis) error {
 			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: t.lease.Status.NodeName}}
 			return c.Patch(ctx, n, mergePatch(map[string]any{"spec": map[string]any{"taints": []any{
-				map[string]any{"key": agent.UnleasedKey, "effect": "NoSchedule"}}}}))
+				map[string]any{"key": host.UnleasedKey, "effect": "NoSchedule"}}}}))
 		}},
 		{"clear the leased MacNode's slots", "patch", "macnodes/status", func(c client.Client, t leasedChassis) error {
 			mn := &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: t.lease.Status.NodeName}}

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/agent"
+	"github.com/boualleiguie/macrack-operator/internal/agent/host"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 )
@@ -35,7 +35,7 @@ var _ = Describe("identities", Ordered, ContinueOnFailure, func() {
 			ObjectMeta: metav1.ObjectMeta{Name: operatorServiceAccount, Namespace: harness.OperatorNamespace}}))).To(Succeed())
 		a, b = enrollChassis(class), enrollChassis(class)
 		// The admission policies the operator applied are in force.
-		Eventually(func() error { return agent.ReportFacts(ctx, a.client, b.node, harness.GoodFacts()) }).
+		Eventually(func() error { return host.ReportFacts(ctx, a.client, b.node, harness.GoodFacts()) }).
 			Should(MatchError(ContainSubstring("ValidatingAdmissionPolicy 'macrack-agent-scope'")))
 		leased = leaseOne(class)
 		owner = a
@@ -61,8 +61,8 @@ var _ = Describe("identities", Ordered, ContinueOnFailure, func() {
 		})
 
 		It("positive control: the chassis' own agent does its routine writes", func() {
-			Expect(agent.ReportFacts(ctx, owner.client, owner.node, harness.GoodFacts())).To(Succeed())
-			own := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: agent.ServiceAccountName(owner.node), Namespace: agentsNamespace}}
+			Expect(host.ReportFacts(ctx, owner.client, owner.node, harness.GoodFacts())).To(Succeed())
+			own := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: host.ServiceAccountName(owner.node), Namespace: agentsNamespace}}
 			Expect(owner.client.SubResource("token").Create(ctx, own, tokenRequest(3600))).To(Succeed())
 			Expect(owner.client.Status().Patch(ctx, leased.inst.DeepCopy(), mergePatch(map[string]any{"status": map[string]any{
 				"runtime": map[string]any{"phase": string(computev1alpha1.VMRunning)}}}))).To(Succeed())
@@ -100,7 +100,7 @@ var _ = Describe("identities", Ordered, ContinueOnFailure, func() {
 
 	Context("an agent's own tokens", func() {
 		It("last at most 24h, for the API server's audiences only", func() {
-			own := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: agent.ServiceAccountName(a.node), Namespace: agentsNamespace}}
+			own := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: host.ServiceAccountName(a.node), Namespace: agentsNamespace}}
 			Expect(a.client.SubResource("token").Create(ctx, own, tokenRequest(3600))).To(Succeed(), "positive control: 1h, the API server's audiences")
 			Expect(a.client.SubResource("token").Create(ctx, own, tokenRequest(86400))).To(Succeed(), "positive control: 24h")
 			harness.ExpectPolicyDenial(a.client.SubResource("token").Create(ctx, own, tokenRequest(8760*3600)), "agent.scope")
@@ -193,7 +193,7 @@ var _ = Describe("identities", Ordered, ContinueOnFailure, func() {
 				other = a
 			}
 			harness.ExpectPolicyDenial(owner.client.Create(ctx, &coordinationv1.Lease{
-				ObjectMeta: metav1.ObjectMeta{Name: other.node, Namespace: agent.HeartbeatNamespace},
+				ObjectMeta: metav1.ObjectMeta{Name: other.node, Namespace: host.HeartbeatNamespace},
 				Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(other.node)}}), "agent.scope")
 
 			By("the operator, back, restores its params within 10 s")

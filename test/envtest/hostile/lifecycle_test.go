@@ -86,7 +86,7 @@ var _ = Describe("lifecycle", Ordered, ContinueOnFailure, func() {
 	})
 
 	It("refuses at admission an instance whose disk cannot hold its image, with both sizes", func() {
-		Expect(harness.CreateImage(ctx, admin, "sequoia-120", "120Gi")).To(Succeed())
+		Expect(env.CreateImage(ctx, admin, "sequoia-120", "120Gi")).To(Succeed())
 		leased := leaseOne(class)
 		small := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: "small", Namespace: leased.tenant.Namespace},
 			Spec: computev1alpha1.MacOSInstanceSpec{LeaseName: leased.lease.Name, ImageName: "sequoia-120", CPU: 4,

@@ -49,7 +49,7 @@ var _ = BeforeSuite(func() {
 	Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentsNamespace}})).To(Succeed())
 	Expect(env.ApplyYAML(ctx, "config/rbac/agent_role.yaml")).To(Succeed())
 	Expect(env.ApplyYAML(ctx, "config/rbac/tenant_roles.yaml")).To(Succeed())
-	Expect(harness.CreateImage(ctx, admin, "img", "60Gi")).To(Succeed())
+	Expect(env.CreateImage(ctx, admin, "img", "60Gi")).To(Succeed())
 	op = startOperator()
 })
 

@@ -129,11 +129,7 @@ var _ = Describe("Instances on simulated minis", Ordered, func() {
 	BeforeAll(func() {
 		_, err := harness.CreateClass(ctx, admin, class, 2)
 		Expect(err).NotTo(HaveOccurred())
-		img := &fleetv1alpha1.MacOSImage{ObjectMeta: metav1.ObjectMeta{Name: "sequoia-15.5-xcode-16.4"}, Spec: fleetv1alpha1.MacOSImageSpec{
-			MacOSVersion: "15.5", XcodeVersion: "16.4", Source: "https://images.example.com/15.5.img",
-			Digest: "sha256:" + strings.Repeat("a", 64), Size: resource.MustParse("60Gi"),
-			HardwareModel: "YnBsaXN0MDA=", AuxiliaryStorageTemplate: "https://images.example.com/15.5.aux"}}
-		Expect(admin.Create(ctx, img)).To(Succeed())
+		Expect(env.CreateImage(ctx, admin, "sequoia-15.5-xcode-16.4", "60Gi")).To(Succeed())
 		for i := 0; i < 2; i++ {
 			a := startAgent(harness.NewSerial(), "")
 			Eventually(func() fleetv1alpha1.MacNodePhase {

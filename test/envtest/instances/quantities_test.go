@@ -2,13 +2,11 @@ package instances
 
 import (
 	"os"
-	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -92,11 +90,7 @@ var _ = Describe("Instances whose quantities are valid but not canonical", Order
 	BeforeAll(func() {
 		_, err := harness.CreateClass(ctx, admin, qClass, 2)
 		Expect(err).NotTo(HaveOccurred())
-		img := &fleetv1alpha1.MacOSImage{ObjectMeta: metav1.ObjectMeta{Name: qImage}, Spec: fleetv1alpha1.MacOSImageSpec{
-			MacOSVersion: "15.5", XcodeVersion: "16.4", Source: "https://images.example.com/15.5.img",
-			Digest: "sha256:" + strings.Repeat("b", 64), Size: resource.MustParse("60Gi"),
-			HardwareModel: "YnBsaXN0MDA=", AuxiliaryStorageTemplate: "https://images.example.com/15.5.aux"}}
-		Expect(admin.Create(ctx, img)).To(Succeed())
+		Expect(env.CreateImage(ctx, admin, qImage, "60Gi")).To(Succeed())
 		// Not in the suite's agents: the main container picks its silent
 		// chassis among those.
 		a, err := env.StartAgent(harness.AgentOptions{Serial: harness.NewSerial(), Class: qClass, HelperPath: helperPath,

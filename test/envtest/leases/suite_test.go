@@ -40,7 +40,7 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	admin = env.Client
 	Expect(env.ApplyYAML(ctx, "config/rbac/tenant_roles.yaml")).To(Succeed())
-	Expect(harness.CreateImage(ctx, admin, "sequoia-15.5-xcode-16.4", "60Gi")).To(Succeed())
+	Expect(env.CreateImage(ctx, admin, "sequoia-15.5-xcode-16.4", "60Gi")).To(Succeed())
 	op, err = env.StartOperator(harness.OperatorOptions{
 		Start: start, Webhooks: true, MaxConcurrentReconciles: 4,
 		Log: zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)),

@@ -1,10 +1,9 @@
-package agent
+package instances
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -13,18 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// Disks lays out images and instance disks under the agent's state
-// directory: images/<image>/{disk.img,aux.img} are the golden copies,
-// instances/<uid>/{owner.json,disk.img,aux.img,machine-id} each instance's
-// own.
+// Disks lays out the instance disks under the agent's state directory:
+// instances/<uid>/{owner.json,clone-method,disk.img,aux.img,machine-id} are
+// each instance's own. The goldens they are cloned from are
+// internal/agent/images'.
 type Disks struct {
 	Root string
-}
-
-// ImagePaths are an image's golden disk and auxiliary-storage template.
-func (d Disks) ImagePaths(image string) (disk, aux string) {
-	dir := filepath.Join(d.Root, "images", image)
-	return filepath.Join(dir, "disk.img"), filepath.Join(dir, "aux.img")
 }
 
 // InstanceDir is where an instance's files live.
@@ -36,6 +29,7 @@ type Owner struct {
 	Namespace string    `json:"namespace"`
 	Name      string    `json:"name"`
 	UID       types.UID `json:"uid"`
+	LeaseName string    `json:"leaseName,omitempty"`
 }
 
 // ownerFile is written before any disk file, so that a disk always has it
@@ -98,106 +92,93 @@ func (d Disks) List() ([]string, error) {
 	return uids, nil
 }
 
+// Clone makes an instance's disk and auxiliary storage from its golden
+// (images.Store.Clone), and says how: clonefile, ficlone or sparse-copy.
+type Clone func(disk, aux string) (method string, err error)
+
+// cloneMethodFile records how the disk was made, for the wipe's evidence.
+const cloneMethodFile = "clone-method"
+
 // Prepare gives the instance its own disk and auxiliary storage, cloned from
-// the image (a copy-on-write clone where the filesystem has one), unless it
-// has them already. It returns their paths.
-func (d Disks) Prepare(uid, image string) (disk, aux string, err error) {
-	srcDisk, srcAux := d.ImagePaths(image)
+// its golden, unless it has them already. It returns their paths.
+func (d Disks) Prepare(uid string, clone Clone) (disk, aux string, err error) {
 	dir := d.InstanceDir(uid)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", "", fmt.Errorf("creating %s: %w", dir, err)
 	}
 	disk, aux = filepath.Join(dir, "disk.img"), filepath.Join(dir, "aux.img")
-	for _, p := range [][2]string{{srcDisk, disk}, {srcAux, aux}} {
-		if _, err := os.Stat(p[1]); err == nil {
-			continue
-		}
-		if err := cloneFile(p[0], p[1]); err != nil {
-			return "", "", fmt.Errorf("cloning %s: %w", p[0], err)
-		}
+	_, errDisk := os.Stat(disk)
+	_, errAux := os.Stat(aux)
+	if errDisk == nil && errAux == nil {
+		return disk, aux, nil
+	}
+	// Half a clone (a crash between the two files) is made again whole.
+	_ = os.Remove(disk)
+	_ = os.Remove(aux)
+	method, err := clone(disk, aux)
+	if err != nil {
+		return "", "", fmt.Errorf("cloning the golden of %s: %w", uid, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, cloneMethodFile), []byte(method), 0o600); err != nil {
+		return "", "", fmt.Errorf("recording how the disk of %s was made: %w", uid, err)
 	}
 	return disk, aux, nil
 }
 
+// Evidence is what a wipe destroyed: the files, what they allocated, and
+// how the disk had been made, which says how its blocks were freed.
+type Evidence struct {
+	Files  []string
+	Bytes  int64
+	Method string
+}
+
+// wipeMethod is how deleting a disk made by clone frees its blocks.
+func wipeMethod(clone string) string {
+	switch clone {
+	case "clonefile":
+		// An APFS clone shares the golden's blocks until written: deleting
+		// it frees the blocks it wrote, which are all the tenant's; the
+		// shared ones were never the tenant's.
+		return "apfs-clone-unlink"
+	case "ficlone":
+		return "reflink-unlink"
+	}
+	return "unlink"
+}
+
 // Wipe removes every file of the instance: its disk, its auxiliary storage
-// and its machine identifier. Nothing of a tenant's VM survives it.
-func (d Disks) Wipe(uid string) error {
+// and its machine identifier. Nothing of a tenant's VM survives it. It
+// returns the evidence of what it removed.
+func (d Disks) Wipe(uid string) (Evidence, error) {
 	dir := d.InstanceDir(uid)
+	ev := Evidence{Method: "unlink"}
+	if b, err := os.ReadFile(filepath.Join(dir, cloneMethodFile)); err == nil {
+		ev.Method = wipeMethod(strings.TrimSpace(string(b)))
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return ev, fmt.Errorf("listing %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil {
+			ev.Bytes += allocated(info)
+		}
+		if n := e.Name(); n != ownerFile && n != cloneMethodFile {
+			ev.Files = append(ev.Files, n)
+		}
+	}
 	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("wiping %s: %w", dir, err)
+		return ev, fmt.Errorf("wiping %s: %w", dir, err)
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("wiping %s: still present", dir)
+		return ev, fmt.Errorf("wiping %s: still present", dir)
 	}
-	return nil
+	return ev, nil
 }
 
 // Wiped reports whether the instance has no files left.
 func (d Disks) Wiped(uid string) bool {
 	_, err := os.Stat(d.InstanceDir(uid))
 	return errors.Is(err, os.ErrNotExist)
-}
-
-// SeedImage writes a small golden disk and auxiliary template for image, as
-// the sim does until images are pulled from the central store.
-func (d Disks) SeedImage(image string, size int64) error {
-	disk, aux := d.ImagePaths(image)
-	if _, err := os.Stat(disk); err == nil {
-		return nil
-	}
-	if err := os.MkdirAll(filepath.Dir(disk), 0o755); err != nil {
-		return err
-	}
-	for _, p := range []string{disk, aux} {
-		f, err := os.Create(p + ".tmp")
-		if err != nil {
-			return err
-		}
-		if _, err := io.WriteString(f, "macrack sim golden image "+image+"\n"); err != nil {
-			f.Close()
-			return err
-		}
-		// Sparse: the size is claimed, not written.
-		if err := f.Truncate(size); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Close(); err != nil {
-			return err
-		}
-		if err := os.Rename(p+".tmp", p); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// copyFile is cloneFile's fallback: a plain copy, written beside dst and
-// renamed into place, so that a crash never leaves half a disk.
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	info, err := in.Stat()
-	if err != nil {
-		return err
-	}
-	out, err := os.OpenFile(dst+".tmp", os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Truncate(info.Size()); err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Close(); err != nil {
-		return err
-	}
-	return os.Rename(dst+".tmp", dst)
 }

@@ -1,9 +1,4 @@
-// Package agent is the host agent's mechanics on one Mac mini: it registers
-// the chassis' Node, heartbeats, reports the hardware facts, renews its own
-// token, and runs the instances placed on its chassis in VM helpers. It is a
-// client of the Kubernetes API only: it never imports the operator's
-// controllers or webhooks, and what it may write is policed by agent.scope.
-package agent
+package host
 
 import (
 	"context"

@@ -1,11 +1,15 @@
-package agent
+package instances
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"oras.land/oras-go/v2"
+	"oras.land/oras-go/v2/content/memory"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -29,6 +33,9 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/agent/driver"
 	"github.com/boualleiguie/macrack-operator/internal/agent/driver/sim"
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
+	"github.com/boualleiguie/macrack-operator/internal/agent/images"
+	"github.com/boualleiguie/macrack-operator/internal/golden"
+	"github.com/boualleiguie/macrack-operator/internal/golden/simgolden"
 	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
 )
 
@@ -73,8 +80,12 @@ func newRig(t *testing.T, names ...string) *rig {
 	class := &fleetv1alpha1.MacNodeClass{ObjectMeta: metav1.ObjectMeta{Name: testClass},
 		Spec: fleetv1alpha1.MacNodeClassSpec{Chip: "M4", Memory: resource.MustParse("16Gi"), Disk: resource.MustParse("1T"),
 			NetworkGbps: 10, VMCapacity: 2}}
-	img := &fleetv1alpha1.MacOSImage{ObjectMeta: metav1.ObjectMeta{Name: testImage}, Spec: fleetv1alpha1.MacOSImageSpec{
-		MacOSVersion: "15.5", XcodeVersion: "16.4", Size: resource.MustParse("60Gi"), HardwareModel: "YnBsaXN0MDA="}}
+	store, ref := goldenStore(t)
+	img := &fleetv1alpha1.MacOSImage{ObjectMeta: metav1.ObjectMeta{Name: testImage},
+		Spec: fleetv1alpha1.MacOSImageSpec{Source: ref},
+		Status: fleetv1alpha1.MacOSImageStatus{Resolved: &fleetv1alpha1.ResolvedImage{Digest: ref[strings.Index(ref, "@")+1:],
+			MacOSVersion: "15.5", XcodeVersions: []string{"16.4"}, MinimumDisk: resource.MustParse("60Gi"),
+			DiskSize: resource.MustParse("2Mi"), HardwareModel: "YnBsaXN0MDA="}}}
 	mn := &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: testNode},
 		Spec: fleetv1alpha1.MacNodeSpec{Serial: "C02TEST00001", NodeClassName: testClass}}
 	objs := []client.Object{class, img, mn}
@@ -145,14 +156,56 @@ func newRig(t *testing.T, names ...string) *rig {
 	}
 	t.Cleanup(func() { _ = rg.launcher.Close(context.Background()) })
 	disks := Disks{Root: dir}
-	if err := disks.SeedImage(testImage, 1<<20); err != nil {
-		t.Fatal(err)
-	}
 	rg.events = events.NewFakeRecorder(100)
 	rg.r = &Instances{Client: rg.c, NodeName: testNode, Launcher: rg.launcher, Disks: disks, Clock: clock.RealClock{},
 		StopGrace: time.Second, GuestPort: 1024, Poll: time.Second, NewMachineID: RandomMachineID,
-		APIReader: rg.c, Recorder: rg.events, Log: logr.Discard()}
+		APIReader: rg.c, Recorder: rg.events, Images: cachedGolden(t, filepath.Join(dir, "images"), store, img), Log: logr.Discard()}
 	return rg
+}
+
+// goldenStore pushes a small sim golden into an in-memory OCI store and
+// returns it with the golden's pinned reference.
+func goldenStore(t *testing.T) (*memory.Store, string) {
+	t.Helper()
+	src, err := simgolden.Write(t.TempDir(), testImage, 2<<20, 1<<20, 60<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := memory.New()
+	desc, err := golden.Push(context.Background(), store, goldenTag, src, golden.PushOptions{ChunkSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store, "sim.invalid/macrack/" + testImage + "@" + desc.Digest.String()
+}
+
+// goldenTag tags the rig's golden in its in-memory store.
+const goldenTag = "15.5"
+
+// byDigest resolves the full reference of the rig's golden in its
+// in-memory store, which knows it by tag (golden.Resolve checks that the
+// answer is the pinned digest).
+type byDigest struct{ *memory.Store }
+
+func (b byDigest) Resolve(ctx context.Context, _ string) (ocispec.Descriptor, error) {
+	return b.Store.Resolve(ctx, goldenTag)
+}
+
+// cachedGolden is an image store whose cache already holds img's verified
+// golden: the rig's instances clone from it at once.
+func cachedGolden(t *testing.T, root string, src *memory.Store, img *fleetv1alpha1.MacOSImage) *images.Store {
+	t.Helper()
+	cache := &images.Cache{Root: root}
+	s := &images.Store{Puller: &images.Puller{Root: root, Cache: cache}, Cache: cache, Cloner: images.SparseCopier{},
+		Source: func(*fleetv1alpha1.MacOSImage) (oras.ReadOnlyTarget, error) { return byDigest{src}, nil }, Log: logr.Discard()}
+	g, err := golden.Resolve(context.Background(), byDigest{src}, img.Spec.Source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Puller.Pull(context.Background(), img.Name, g, src); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 func kindOf(obj client.Object) string {
@@ -495,17 +548,13 @@ func TestARefusedFinalizerRemovalIsToldInStatusRuntime(t *testing.T) {
 	}
 }
 
-// The facts reporter sends the facts source's quota word (OK, in the sim)
-// only until the instance loop has reported its own: a Stuck stands.
-func TestTheFactsReporterDoesNotUndoAStuckQuota(t *testing.T) {
+// The quota state the instance loop reported is what LastQuota hands the
+// facts reporter (internal/agent's TestTheFactsReporterDoesNotUndoAStuckQuota):
+// nothing before any refusal, then the Stuck it reported.
+func TestLastQuotaIsTheQuotaTheLoopReported(t *testing.T) {
 	rg := newRig(t, "ci-1", "ci-2")
-	cfg := Config{NodeName: testNode, Facts: StaticFacts{Reported: &fleetv1alpha1.ReportedFacts{Chip: "M4",
-		Quota: &fleetv1alpha1.QuotaReport{State: fleetv1alpha1.QuotaOK}}}}
-	if err := cfg.reportFactsOnce(context.Background(), rg.c, rg.r.LastQuota); err != nil {
-		t.Fatal(err)
-	}
-	if q := rg.quota(); q == nil || q.State != fleetv1alpha1.QuotaOK {
-		t.Fatalf("positive control: quota %+v, want the facts' OK before any refusal", q)
+	if q := rg.r.LastQuota(); q != nil {
+		t.Fatalf("positive control: last quota %+v before any refusal, want none", q)
 	}
 	rg.run("ci-1")
 	rg.run("ci-2")
@@ -521,11 +570,8 @@ func TestTheFactsReporterDoesNotUndoAStuckQuota(t *testing.T) {
 	if q := rg.quota(); q == nil || q.State != fleetv1alpha1.QuotaStuck {
 		t.Fatalf("quota %+v, want Stuck", q)
 	}
-	if err := cfg.reportFactsOnce(context.Background(), rg.c, rg.r.LastQuota); err != nil {
-		t.Fatal(err)
-	}
-	if q := rg.quota(); q == nil || q.State != fleetv1alpha1.QuotaStuck || q.RunningVMs != 1 || q.LastErrorCode != 6 {
-		t.Errorf("quota %+v after the facts were reported again, want Stuck with 1 running and code 6", q)
+	if q := rg.r.LastQuota(); q == nil || q.State != fleetv1alpha1.QuotaStuck || q.RunningVMs != 1 || q.LastErrorCode != 6 {
+		t.Errorf("last quota %+v, want Stuck with 1 running and code 6, as the loop reported it", q)
 	}
 }
 

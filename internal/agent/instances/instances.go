@@ -1,6 +1,7 @@
-package agent
+package instances
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -30,6 +31,7 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent/driver"
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
+	"github.com/boualleiguie/macrack-operator/internal/agent/images"
 	"github.com/boualleiguie/macrack-operator/internal/agent/vmspec"
 	"github.com/boualleiguie/macrack-operator/internal/guest"
 )
@@ -64,10 +66,44 @@ type Instances struct {
 	// reporting it, and reaping.
 	inventoryMu sync.Mutex
 
+	// Images is the golden cache: an instance's disk is cloned from its
+	// verified golden, pulled on demand.
+	Images *images.Store
+	// PullPoll is how often an instance waiting on its golden's pull looks
+	// again (1s if zero).
+	PullPoll time.Duration
+
 	// quota is the last quota state reported, which the facts reporter
 	// sends on, rather than letting the facts source's word undo it.
 	quotaMu sync.Mutex
 	quota   *fleetv1alpha1.QuotaReport
+
+	// wipes are the latest wipes' evidence, for the MacNode report.
+	wipesMu sync.Mutex
+	wipes   []fleetv1alpha1.WipeEvidence
+}
+
+// RecentWipes is the evidence of the latest wipes, newest last.
+func (r *Instances) RecentWipes() []fleetv1alpha1.WipeEvidence {
+	r.wipesMu.Lock()
+	defer r.wipesMu.Unlock()
+	return slices.Clone(r.wipes)
+}
+
+// recordWipe keeps a wipe's evidence for the MacNode report.
+func (r *Instances) recordWipe(w fleetv1alpha1.WipeEvidence) {
+	r.wipesMu.Lock()
+	defer r.wipesMu.Unlock()
+	r.wipes = append(r.wipes, w)
+	if n := len(r.wipes); n > fleetv1alpha1.MaxWipeRecords {
+		r.wipes = r.wipes[n-fleetv1alpha1.MaxWipeRecords:]
+	}
+}
+
+// evidence is the API's record of a wipe of owner's disk.
+func (r *Instances) evidence(o Owner, ev Evidence) fleetv1alpha1.WipeEvidence {
+	return fleetv1alpha1.WipeEvidence{Namespace: o.Namespace, Name: o.Name, UID: o.UID, LeaseName: o.LeaseName,
+		Files: ev.Files, Bytes: ev.Bytes, Method: ev.Method, WipedAt: metav1.NewTime(r.Clock.Now().UTC().Truncate(time.Second))}
 }
 
 // LastQuota is the quota state the instance loop last reported, or nil
@@ -145,7 +181,15 @@ func (r *Instances) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 		return ctrl.Result{}, r.report(ctx, inst, computev1alpha1.VMPending, ErrNoSlot.Error()+"; the VM is not started", nil)
 	}
 
-	spec, err := r.spec(ctx, inst)
+	img := &fleetv1alpha1.MacOSImage{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: inst.Spec.ImageName}, img); err != nil {
+		return ctrl.Result{RequeueAfter: r.Poll}, r.report(ctx, inst, computev1alpha1.VMFailed,
+			fmt.Sprintf("getting MacOSImage %s: %v", inst.Spec.ImageName, err), nil)
+	}
+	if st := r.Images.Ensure(img, false); st.Phase != fleetv1alpha1.ImageReady {
+		return ctrl.Result{RequeueAfter: cmp.Or(r.PullPoll, time.Second)}, r.reportPull(ctx, inst, img, st)
+	}
+	spec, err := r.spec(ctx, inst, img)
 	if err != nil {
 		return ctrl.Result{RequeueAfter: r.Poll}, r.report(ctx, inst, computev1alpha1.VMFailed, err.Error(), nil)
 	}
@@ -203,16 +247,15 @@ func vmPhase(s driver.State) computev1alpha1.VMPhase {
 }
 
 // spec clones the instance's disk from its image and renders its VMSpec.
-func (r *Instances) spec(ctx context.Context, inst *computev1alpha1.MacOSInstance) (vmspec.VMSpec, error) {
-	img := &fleetv1alpha1.MacOSImage{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: inst.Spec.ImageName}, img); err != nil {
-		return vmspec.VMSpec{}, fmt.Errorf("getting MacOSImage %s: %w", inst.Spec.ImageName, err)
-	}
+func (r *Instances) spec(_ context.Context, inst *computev1alpha1.MacOSInstance, img *fleetv1alpha1.MacOSImage) (vmspec.VMSpec, error) {
 	uid := string(inst.UID)
-	if err := r.Disks.RecordOwner(Owner{Namespace: inst.Namespace, Name: inst.Name, UID: inst.UID}); err != nil {
+	if err := r.Disks.RecordOwner(Owner{Namespace: inst.Namespace, Name: inst.Name, UID: inst.UID, LeaseName: inst.Spec.LeaseName}); err != nil {
 		return vmspec.VMSpec{}, err
 	}
-	disk, aux, err := r.Disks.Prepare(uid, img.Name)
+	disk, aux, err := r.Disks.Prepare(uid, func(disk, aux string) (string, error) {
+		m, err := r.Images.Clone(img, disk, aux)
+		return string(m), err
+	})
 	if err != nil {
 		return vmspec.VMSpec{}, err
 	}
@@ -265,7 +308,8 @@ func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *compute
 	if err := r.report(ctx, inst, computev1alpha1.VMStopped, "stopped; wiping the disk", nil); err != nil {
 		return err
 	}
-	if err := r.Disks.Wipe(uid); err != nil {
+	ev, err := r.Disks.Wipe(uid)
+	if err != nil {
 		return err
 	}
 	// The operator returns the chassis only once its inventory is empty:
@@ -275,7 +319,9 @@ func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *compute
 	}
 	// instance.wipe: the finalizer comes off only after the wipe is on record.
 	if inst.Status.Runtime == nil || inst.Status.Runtime.WipedAt == nil {
-		evidence, err := json.Marshal(map[string]any{"status": map[string]any{"runtime": map[string]any{"wipedAt": metav1.NewTime(r.Clock.Now())}}})
+		w := r.evidence(Owner{Namespace: inst.Namespace, Name: inst.Name, UID: inst.UID, LeaseName: inst.Spec.LeaseName}, ev)
+		r.recordWipe(w)
+		evidence, err := json.Marshal(map[string]any{"status": map[string]any{"runtime": map[string]any{"wipedAt": metav1.NewTime(r.Clock.Now()), "wipe": w}}})
 		if err != nil {
 			return err
 		}
@@ -332,17 +378,45 @@ func (r *Instances) report(ctx context.Context, inst *computev1alpha1.MacOSInsta
 		rt.ReadyForWork = old.ReadyForWork && phase == computev1alpha1.VMRunning
 	}
 	if old := inst.Status.Runtime; old != nil {
-		rt.WipedAt = old.WipedAt // instance.wipe's record stays
+		rt.WipedAt, rt.Wipe = old.WipedAt, old.Wipe // instance.wipe's record stays
 	}
 	if g != nil {
 		at := metav1.NewTime(r.Clock.Now())
 		rt.BootStage, rt.XcodeVersions, rt.ReadyForWork, rt.LastReportAt = g.BootStage, g.XcodeVersions, g.ReadyForWork, &at
 		rt.DiskHeadroom = resource.NewQuantity(g.DiskHeadroomBytes, resource.BinarySI)
 	}
+	return r.writeRuntime(ctx, inst, rt)
+}
+
+// reportPull says, in status.runtime, that the instance waits for its
+// golden, and how far the pull has come.
+func (r *Instances) reportPull(ctx context.Context, inst *computev1alpha1.MacOSInstance, img *fleetv1alpha1.MacOSImage, st images.State) error {
+	msg := fmt.Sprintf("pulling golden %s: %d%%", img.Name, st.Percent)
+	switch st.Phase {
+	case fleetv1alpha1.ImageWaiting:
+		msg = fmt.Sprintf("the pull of golden %s waits for room in the image cache: %s", img.Name, st.Message)
+	case fleetv1alpha1.ImageFailed:
+		msg = fmt.Sprintf("the pull of golden %s failed, and is tried again: %s", img.Name, st.Message)
+	default:
+		if st.Message != "" {
+			msg += " (" + st.Message + ")"
+		}
+	}
+	pct := st.Percent
+	rt := computev1alpha1.RuntimeStatus{Phase: computev1alpha1.VMPulling, Message: truncate(msg, maxMessage), PullPercent: &pct}
+	if old := inst.Status.Runtime; old != nil {
+		rt.WipedAt, rt.Wipe = old.WipedAt, old.Wipe
+	}
+	return r.writeRuntime(ctx, inst, rt)
+}
+
+// writeRuntime writes status.runtime, and nothing else, with a merge patch,
+// unless it holds rt already.
+func (r *Instances) writeRuntime(ctx context.Context, inst *computev1alpha1.MacOSInstance, rt computev1alpha1.RuntimeStatus) error {
 	if inst.Status.Runtime != nil && equalRuntime(*inst.Status.Runtime, rt) {
 		return nil
 	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"runtime": rt}})
+	patch, err := runtimePatch(inst.Status.Runtime, rt)
 	if err != nil {
 		return err
 	}
@@ -350,6 +424,36 @@ func (r *Instances) report(ctx context.Context, inst *computev1alpha1.MacOSInsta
 		return client.IgnoreNotFound(fmt.Errorf("reporting runtime of %s/%s: %w", inst.Namespace, inst.Name, err))
 	}
 	return nil
+}
+
+// runtimePatch is the merge patch that makes status.runtime rt: a field rt
+// leaves out (a Running VM's message, a finished pull's percentage) is set
+// to null, since a merge patch keeps what it does not name.
+func runtimePatch(old *computev1alpha1.RuntimeStatus, rt computev1alpha1.RuntimeStatus) ([]byte, error) {
+	b, err := json.Marshal(rt)
+	if err != nil {
+		return nil, err
+	}
+	fields := map[string]any{}
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return nil, err
+	}
+	if old != nil {
+		ob, err := json.Marshal(old)
+		if err != nil {
+			return nil, err
+		}
+		was := map[string]any{}
+		if err := json.Unmarshal(ob, &was); err != nil {
+			return nil, err
+		}
+		for k := range was {
+			if _, ok := fields[k]; !ok {
+				fields[k] = nil
+			}
+		}
+	}
+	return json.Marshal(map[string]any{"status": map[string]any{"runtime": fields}})
 }
 
 // maxMessage is status.runtime.message's schema limit, in characters.

@@ -1,4 +1,4 @@
-package agent
+package instances
 
 import (
 	"context"
@@ -91,13 +91,18 @@ func (r *Instances) Reap(ctx context.Context, log logr.Logger) error {
 			log.Error(err, "Stopping the VM of a vanished instance failed; its disk is kept", "instanceUID", uid)
 			continue
 		}
-		if err := r.Disks.Wipe(uid); err != nil {
+		owner, _ := r.Disks.OwnerOf(uid)
+		ev, err := r.Disks.Wipe(uid)
+		if err != nil {
 			log.Error(err, "Wiping the disk of a vanished instance failed", "instanceUID", uid)
 			continue
 		}
+		if owner.UID != "" {
+			r.recordWipe(r.evidence(owner, ev))
+		}
 		log.Info("Wiped the disk of an instance that is gone", "instanceUID", uid, "why", why)
 		r.Recorder.Eventf(mn, nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonDiskReaped, "Reap",
-			"Wiped the disk of instance %s on chassis %s: %s", uid, mn.Spec.Serial, why)
+			"Wiped the disk of instance %s on chassis %s: %s; %d bytes of %v, by %s", uid, mn.Spec.Serial, why, ev.Bytes, ev.Files, ev.Method)
 	}
 	return r.reportInventoryLocked(ctx, log, mn)
 }

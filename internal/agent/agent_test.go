@@ -1,0 +1,61 @@
+package agent
+
+import (
+	"context"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/agent/host"
+	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
+)
+
+const testNode = "c02test00001"
+
+// The facts reporter sends the facts source's quota word (OK, in the sim)
+// only until the instance loop has reported its own: a Stuck stands. The
+// loop's side, that LastQuota is the Stuck it reported, is
+// instances' TestLastQuotaIsTheQuotaTheLoopReported.
+func TestTheFactsReporterDoesNotUndoAStuckQuota(t *testing.T) {
+	scheme, err := macrackscheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mn := &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: testNode},
+		Spec: fleetv1alpha1.MacNodeSpec{Serial: "C02TEST00001", NodeClassName: "m4-test"}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(mn).WithStatusSubresource(&fleetv1alpha1.MacNode{}).Build()
+	quota := func() *fleetv1alpha1.QuotaReport {
+		t.Helper()
+		mn := &fleetv1alpha1.MacNode{}
+		if err := c.Get(context.Background(), client.ObjectKey{Name: testNode}, mn); err != nil {
+			t.Fatal(err)
+		}
+		if mn.Status.Reported == nil {
+			return nil
+		}
+		return mn.Status.Reported.Quota
+	}
+	// What the instance loop last reported: nothing before any refusal.
+	var last *fleetv1alpha1.QuotaReport
+	lastQuota := func() *fleetv1alpha1.QuotaReport { return last.DeepCopy() }
+
+	cfg := Config{NodeName: testNode, Facts: host.StaticFacts{Reported: &fleetv1alpha1.ReportedFacts{Chip: "M4",
+		Quota: &fleetv1alpha1.QuotaReport{State: fleetv1alpha1.QuotaOK}}}}
+	if err := cfg.reportFactsOnce(context.Background(), c, lastQuota); err != nil {
+		t.Fatal(err)
+	}
+	if q := quota(); q == nil || q.State != fleetv1alpha1.QuotaOK {
+		t.Fatalf("positive control: quota %+v, want the facts' OK before any refusal", q)
+	}
+	// The loop saw the kernel refuse a start with code 6, one VM running.
+	last = &fleetv1alpha1.QuotaReport{State: fleetv1alpha1.QuotaStuck, RunningVMs: 1, LastErrorCode: 6}
+	if err := cfg.reportFactsOnce(context.Background(), c, lastQuota); err != nil {
+		t.Fatal(err)
+	}
+	if q := quota(); q == nil || q.State != fleetv1alpha1.QuotaStuck || q.RunningVMs != 1 || q.LastErrorCode != 6 {
+		t.Errorf("quota %+v after the facts were reported again, want Stuck with 1 running and code 6", q)
+	}
+}

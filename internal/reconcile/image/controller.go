@@ -1,0 +1,96 @@
+// Package image reconciles MacOSImages: it resolves each golden's pinned
+// OCI artifact into status.resolved, with the Resolved condition, and keeps
+// status.replicatedOn to the chassis whose agents report a verified copy.
+// The artifact is the source of truth; the agent never writes MacOSImage.
+package image
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/patch"
+)
+
+// +kubebuilder:rbac:groups=fleet.macrack.io,resources=macosimages,verbs=get;list;watch
+// +kubebuilder:rbac:groups=fleet.macrack.io,resources=macosimages/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",namespace=macrack-system,resources=secrets,verbs=get
+
+// Reconciler reconciles MacOSImages.
+type Reconciler struct {
+	Client client.Client
+	// APIReader reads pull Secrets uncached: the operator watches no Secret.
+	APIReader client.Reader
+	Clock     clock.PassiveClock
+	Recorder  events.EventRecorder
+	// Namespace holds the images' pull Secrets (the operator's own).
+	Namespace string
+}
+
+// SetupWithManager registers the controller and its watches.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&fleetv1alpha1.MacOSImage{}).
+		Named("macosimage").
+		Watches(&fleetv1alpha1.MacNode{}, handler.EnqueueRequestsFromMapFunc(r.imagesOfNode)).
+		Complete(r)
+}
+
+// imagesOfNode maps a chassis' report to every image: a copy may have
+// appeared, verified or gone. The catalogue is one golden per macOS and
+// Xcode pair, a handful.
+func (r *Reconciler) imagesOfNode(ctx context.Context, _ client.Object) []reconcile.Request {
+	list := &fleetv1alpha1.MacOSImageList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing MacOSImages failed")
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&i)})
+	}
+	return reqs
+}
+
+// scope carries one pass's observations to the status computation.
+type scope struct {
+	image *fleetv1alpha1.MacOSImage
+	// resolveReason and resolveMessage say why the artifact is not resolved.
+	resolveReason, resolveMessage string
+	// evicted are the serials whose verified copy went on this pass.
+	evicted []string
+}
+
+// Reconcile resolves one golden and counts its verified copies.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
+	img := &fleetv1alpha1.MacOSImage{}
+	if err := r.Client.Get(ctx, req.NamespacedName, img); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	s := &scope{image: img}
+	helper := patch.NewHelper(img, r.Client)
+	defer func() {
+		r.updateStatus(s)
+		if err := helper.Patch(ctx, img); err != nil && !apierrors.IsNotFound(err) {
+			retErr = errors.Join(retErr, fmt.Errorf("patching MacOSImage %s: %w", req.Name, err))
+		}
+	}()
+
+	resolveErr := r.resolve(ctx, s)
+	if err := r.countReplicas(ctx, s); err != nil {
+		return ctrl.Result{}, errors.Join(resolveErr, err)
+	}
+	// A registry that did not answer is retried with the controller's
+	// backoff; a refused artifact is not, its digest pins it.
+	return ctrl.Result{}, resolveErr
+}

@@ -1,0 +1,140 @@
+package image
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"oras.land/oras-go/v2/content"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/golden"
+)
+
+// resolve reads the golden's manifest and config from its registry, once
+// per pinned digest: the digest fixes the content, so a resolved golden is
+// never read again. It returns an error only for what a retry may cure.
+func (r *Reconciler) resolve(ctx context.Context, s *scope) error {
+	img := s.image
+	digest := pinnedDigest(img.Spec.Source)
+	if res := img.Status.Resolved; res != nil && res.Digest == digest && img.Status.ObservedGeneration == img.Generation {
+		return nil
+	}
+	img.Status.Resolved = nil
+	var dockerConfig []byte
+	if name := img.Spec.PullSecretName; name != "" {
+		sec := &corev1.Secret{}
+		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: name}, sec); err != nil {
+			s.resolveReason = fleetv1alpha1.ReasonPullSecretInvalid
+			s.resolveMessage = fmt.Sprintf("reading pull Secret %s/%s: %v", r.Namespace, name, err)
+			return fmt.Errorf("%s", s.resolveMessage)
+		}
+		if sec.Type != corev1.SecretTypeDockerConfigJson || len(sec.Data[corev1.DockerConfigJsonKey]) == 0 {
+			s.resolveReason = fleetv1alpha1.ReasonPullSecretInvalid
+			s.resolveMessage = fmt.Sprintf("pull Secret %s/%s is not of type %s with a %s key", r.Namespace, name, corev1.SecretTypeDockerConfigJson, corev1.DockerConfigJsonKey)
+			return nil
+		}
+		dockerConfig = sec.Data[corev1.DockerConfigJsonKey]
+	}
+	repo, err := golden.Repository(img.Spec.Source, golden.RemoteOptions{PlainHTTP: img.Spec.PlainHTTP, DockerConfigJSON: dockerConfig})
+	if err != nil {
+		s.resolveReason, s.resolveMessage = fleetv1alpha1.ReasonNotAGolden, err.Error()
+		return nil
+	}
+	g, err := golden.Resolve(ctx, repo, img.Spec.Source)
+	switch {
+	case errors.Is(err, golden.ErrInvalid):
+		s.resolveReason, s.resolveMessage = fleetv1alpha1.ReasonNotAGolden, err.Error()
+		ctrl.LoggerFrom(ctx).Info("The image's artifact is not a golden", "MacOSImage", img.Name, "reason", err.Error())
+		return nil
+	case err != nil:
+		s.resolveReason = fleetv1alpha1.ReasonRegistryUnreachable
+		s.resolveMessage = fmt.Sprintf("resolving %s (retrying with backoff): %v", img.Spec.Source, err)
+		return fmt.Errorf("resolving MacOSImage %s: %w", img.Name, err)
+	}
+	model, err := content.FetchAll(ctx, repo, g.HardwareModel)
+	if err != nil {
+		s.resolveReason = fleetv1alpha1.ReasonRegistryUnreachable
+		s.resolveMessage = fmt.Sprintf("fetching the hardware model of %s (retrying with backoff): %v", img.Spec.Source, err)
+		return fmt.Errorf("fetching the hardware model of MacOSImage %s: %w", img.Name, err)
+	}
+	img.Status.Resolved = Resolved(g, model)
+	return nil
+}
+
+// Resolved is status.resolved from a golden and its hardware model.
+func Resolved(g *golden.Golden, hardwareModel []byte) *fleetv1alpha1.ResolvedImage {
+	var compressed int64
+	compression := ""
+	for _, c := range g.Chunks {
+		compressed += c.Layer.Size
+		compression = string(c.Compression)
+	}
+	return &fleetv1alpha1.ResolvedImage{
+		Digest:                 g.Manifest.Digest.String(),
+		MacOSVersion:           g.Config.MacOSVersion,
+		XcodeVersions:          slices.Clone(g.Config.XcodeVersions),
+		MinimumDisk:            *resource.NewQuantity(g.Config.MinimumDiskBytes, resource.BinarySI),
+		DiskSize:               *resource.NewQuantity(g.DiskSize(), resource.BinarySI),
+		CompressedSize:         *resource.NewQuantity(compressed, resource.BinarySI),
+		Chunks:                 int32(len(g.Chunks)),
+		Compression:            compression,
+		HardwareModel:          base64.StdEncoding.EncodeToString(hardwareModel),
+		HardwareModelDigest:    g.HardwareModel.Digest.String(),
+		AuxiliaryStorageDigest: g.AuxiliaryStorage.Digest.String(),
+	}
+}
+
+// pinnedDigest is the digest a source is pinned by (the schema requires one).
+func pinnedDigest(source string) string {
+	if _, d, ok := strings.Cut(source, "@"); ok {
+		return d
+	}
+	return ""
+}
+
+// countReplicas sets replicatedOn to the serials whose agents report a Ready
+// copy of the resolved digest: a chassis still pulling, failed, or holding
+// another digest is not a replica.
+func (r *Reconciler) countReplicas(ctx context.Context, s *scope) error {
+	img := s.image
+	nodes := &fleetv1alpha1.MacNodeList{}
+	if err := r.Client.List(ctx, nodes); err != nil {
+		return fmt.Errorf("listing MacNodes for the replicas of %s: %w", img.Name, err)
+	}
+	var replicas []string
+	if res := img.Status.Resolved; res != nil {
+		for _, n := range nodes.Items {
+			if holdsVerified(&n, img.Name, res.Digest) {
+				replicas = append(replicas, n.Spec.Serial)
+			}
+		}
+	}
+	slices.Sort(replicas)
+	for _, serial := range img.Status.ReplicatedOn {
+		if !slices.Contains(replicas, serial) {
+			s.evicted = append(s.evicted, serial)
+		}
+	}
+	img.Status.ReplicatedOn = replicas
+	return nil
+}
+
+func holdsVerified(n *fleetv1alpha1.MacNode, image, digest string) bool {
+	if n.Status.Reported == nil {
+		return false
+	}
+	for _, i := range n.Status.Reported.Images {
+		if i.Name == image && i.Phase == fleetv1alpha1.ImageReady && i.Digest == digest {
+			return true
+		}
+	}
+	return false
+}
