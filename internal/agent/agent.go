@@ -132,6 +132,8 @@ func Run(ctx context.Context, cfg *rest.Config, c Config) error {
 		NewMachineID: c.NewMachineID, APIReader: mgr.GetAPIReader(), Recorder: recorder,
 		Images: store, Log: c.Log.WithName("instances"),
 	}
+	flush := make(chan chan<- error)
+	inst.ReportWipes = flushReport(flush)
 	if err := inst.SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -141,7 +143,7 @@ func Run(ctx context.Context, cfg *rest.Config, c Config) error {
 	hb := &host.Heartbeat{Client: direct, NodeName: c.NodeName, Interval: c.HeartbeatInterval, Clock: c.Clock, Log: c.Log.WithName("heartbeat")}
 	go func() { _ = hb.Run(ctx) }()
 	go c.reportFacts(ctx, direct, inst.LastQuota)
-	go c.reportImages(ctx, direct, store, inst.RecentWipes)
+	go c.reportImages(ctx, direct, store, inst.RecentWipes, flush)
 	go c.prePull(ctx, direct, store, budget)
 	return mgr.Start(ctx)
 }

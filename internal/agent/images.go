@@ -144,9 +144,13 @@ func (c Config) prePullOnce(ctx context.Context, cl client.Client, store *images
 
 // reportImages writes the golden cache's state and the latest wipes into
 // status.reported, when they change: images, imageCache and wipes have
-// this one writer.
-func (c Config) reportImages(ctx context.Context, cl client.Client, store *images.Store, wipes func() []fleetv1alpha1.WipeEvidence) {
+// this one writer. A request on flush makes it report at once, and it
+// answers with the write's error: the instance loop waits so before it lets
+// a wiped instance go, as a release copies the reported wipes into the
+// chassis' history as soon as the last instance is gone.
+func (c Config) reportImages(ctx context.Context, cl client.Client, store *images.Store, wipes func() []fleetv1alpha1.WipeEvidence, flush <-chan chan<- error) {
 	var last []byte
+	var reply chan<- error
 	for {
 		imgs, usage := store.Report()
 		w := wipes()
@@ -158,16 +162,39 @@ func (c Config) reportImages(ctx context.Context, cl client.Client, store *image
 		if err == nil && !bytes.Equal(patch, last) {
 			mn := &fleetv1alpha1.MacNode{}
 			mn.Name = c.NodeName
-			if err := cl.Status().Patch(ctx, mn, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			if err = cl.Status().Patch(ctx, mn, client.RawPatch(types.MergePatchType, patch)); err != nil {
 				c.Log.Error(err, "Reporting the golden cache failed")
 			} else {
 				last = patch
 			}
 		}
+		if reply != nil {
+			reply <- err
+			reply = nil
+		}
 		select {
 		case <-ctx.Done():
 			return
+		case reply = <-flush:
 		case <-c.Clock.After(cmp.Or(c.ImagesInterval, 2*time.Second)):
+		}
+	}
+}
+
+// flushReport asks reportImages, through flush, to report now, and waits.
+func flushReport(flush chan<- chan<- error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		reply := make(chan error, 1)
+		select {
+		case flush <- reply:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		select {
+		case err := <-reply:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }

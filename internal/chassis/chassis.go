@@ -149,6 +149,10 @@ func Freed(node *fleetv1alpha1.MacNode, now time.Time) *fleetv1alpha1.MacNode {
 	return out
 }
 
+// wipeClockSkew is how far behind the operator's clock the agent's may run
+// and its wipes still count for the lease bound since.
+const wipeClockSkew = 5 * time.Minute
+
 // wipesOf is the agent's wipe evidence for the bound lease's instances, for
 // the chassis' history: the agent's report keeps only the latest.
 func wipesOf(node *fleetv1alpha1.MacNode, b *fleetv1alpha1.Binding) []fleetv1alpha1.WipeEvidence {
@@ -157,7 +161,9 @@ func wipesOf(node *fleetv1alpha1.MacNode, b *fleetv1alpha1.Binding) []fleetv1alp
 	}
 	var out []fleetv1alpha1.WipeEvidence
 	for _, w := range node.Status.Reported.Wipes {
-		if w.Namespace == b.LeaseNamespace && w.LeaseName == b.LeaseName && !w.WipedAt.Before(&b.BoundAt) {
+		// The agent's clock stamps wipedAt, the operator's boundAt: allow
+		// them to disagree by wipeClockSkew.
+		if w.Namespace == b.LeaseNamespace && w.LeaseName == b.LeaseName && w.WipedAt.Add(wipeClockSkew).After(b.BoundAt.Time) {
 			out = append(out, w)
 		}
 	}

@@ -72,6 +72,10 @@ type Instances struct {
 	// PullPoll is how often an instance waiting on its golden's pull looks
 	// again (1s if zero).
 	PullPoll time.Duration
+	// ReportWipes, if set, writes the latest wipes into the MacNode's
+	// status.reported.wipes now, and returns once it has: a release copies
+	// them into the chassis' history as soon as the last instance is gone.
+	ReportWipes func(context.Context) error
 
 	// quota is the last quota state reported, which the facts reporter
 	// sends on, rather than letting the facts source's word undo it.
@@ -98,6 +102,18 @@ func (r *Instances) recordWipe(w fleetv1alpha1.WipeEvidence) {
 	if n := len(r.wipes); n > fleetv1alpha1.MaxWipeRecords {
 		r.wipes = r.wipes[n-fleetv1alpha1.MaxWipeRecords:]
 	}
+}
+
+// recordedWipe is the evidence recordWipe kept of the wipe of uid, if any.
+func (r *Instances) recordedWipe(uid types.UID) (fleetv1alpha1.WipeEvidence, bool) {
+	r.wipesMu.Lock()
+	defer r.wipesMu.Unlock()
+	for _, w := range r.wipes {
+		if w.UID == uid {
+			return w, true
+		}
+	}
+	return fleetv1alpha1.WipeEvidence{}, false
 }
 
 // evidence is the API's record of a wipe of owner's disk.
@@ -319,14 +335,27 @@ func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *compute
 	}
 	// instance.wipe: the finalizer comes off only after the wipe is on record.
 	if inst.Status.Runtime == nil || inst.Status.Runtime.WipedAt == nil {
-		w := r.evidence(Owner{Namespace: inst.Namespace, Name: inst.Name, UID: inst.UID, LeaseName: inst.Spec.LeaseName}, ev)
-		r.recordWipe(w)
+		// A pass retried on a cache that has not seen its record yet finds
+		// the disk gone: it writes the evidence of the wipe that was done.
+		w, recorded := r.recordedWipe(inst.UID)
+		if !recorded {
+			w = r.evidence(Owner{Namespace: inst.Namespace, Name: inst.Name, UID: inst.UID, LeaseName: inst.Spec.LeaseName}, ev)
+			r.recordWipe(w)
+		}
 		evidence, err := json.Marshal(map[string]any{"status": map[string]any{"runtime": map[string]any{"wipedAt": metav1.NewTime(r.Clock.Now()), "wipe": w}}})
 		if err != nil {
 			return err
 		}
 		if err := r.Client.Status().Patch(ctx, inst, client.RawPatch(types.MergePatchType, evidence)); err != nil {
 			return client.IgnoreNotFound(fmt.Errorf("recording the wipe of %s: %w", uid, err))
+		}
+	}
+	// The chassis' history takes the evidence from the MacNode's report
+	// when the lease is released, which may be as soon as this instance is
+	// gone: report it first.
+	if r.ReportWipes != nil {
+		if err := r.ReportWipes(ctx); err != nil {
+			return fmt.Errorf("reporting the wipe of %s on MacNode %s: %w", uid, r.NodeName, err)
 		}
 	}
 	finalizers := slices.DeleteFunc(slices.Clone(inst.Finalizers), func(f string) bool { return f == fleetv1alpha1.DiskWipeFinalizer })

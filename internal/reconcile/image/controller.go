@@ -8,12 +8,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -42,13 +45,18 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&fleetv1alpha1.MacOSImage{}).
 		Named("macosimage").
+		// A registry that is down is retried within a minute of its return,
+		// not after the default backoff's 16 minutes.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 2,
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, time.Minute)}).
 		Watches(&fleetv1alpha1.MacNode{}, handler.EnqueueRequestsFromMapFunc(r.imagesOfNode)).
 		Complete(r)
 }
 
-// imagesOfNode maps a chassis' report to every image: a copy may have
-// appeared, verified or gone. The catalogue is one golden per macOS and
-// Xcode pair, a handful.
+// imagesOfNode maps a chassis' report to every resolved image: a copy may
+// have appeared, verified or gone. An unresolved image has no copies to
+// count, and its retries are the rate limiter's. The catalogue is one
+// golden per macOS and Xcode pair, a handful.
 func (r *Reconciler) imagesOfNode(ctx context.Context, _ client.Object) []reconcile.Request {
 	list := &fleetv1alpha1.MacOSImageList{}
 	if err := r.Client.List(ctx, list); err != nil {
@@ -57,7 +65,9 @@ func (r *Reconciler) imagesOfNode(ctx context.Context, _ client.Object) []reconc
 	}
 	reqs := make([]reconcile.Request, 0, len(list.Items))
 	for _, i := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&i)})
+		if i.Status.Resolved != nil {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&i)})
+		}
 	}
 	return reqs
 }

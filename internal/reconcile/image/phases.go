@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"oras.land/oras-go/v2/content"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -17,6 +19,10 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/golden"
 )
+
+// resolveTimeout bounds one resolve: a registry that accepts a connection
+// and never answers must not hold the controller's worker.
+const resolveTimeout = 30 * time.Second
 
 // resolve reads the golden's manifest and config from its registry, once
 // per pinned digest: the digest fixes the content, so a resolved golden is
@@ -27,6 +33,14 @@ func (r *Reconciler) resolve(ctx context.Context, s *scope) error {
 	if res := img.Status.Resolved; res != nil && res.Digest == digest && img.Status.ObservedGeneration == img.Generation {
 		return nil
 	}
+	if c := meta.FindStatusCondition(img.Status.Conditions, fleetv1alpha1.ConditionResolved); c != nil &&
+		c.Reason == fleetv1alpha1.ReasonNotAGolden && c.ObservedGeneration == img.Generation {
+		// The digest pins the artifact: what was not a golden never becomes one.
+		s.resolveReason, s.resolveMessage = c.Reason, c.Message
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+	defer cancel()
 	img.Status.Resolved = nil
 	var dockerConfig []byte
 	if name := img.Spec.PullSecretName; name != "" {
