@@ -757,6 +757,7 @@ func (r *pullRun) fetchChunk(ctx context.Context, disk diskFile, c golden.Chunk,
 		return vr.n, &DigestMismatchError{Blob: BlobChunk, Chunk: c.Index, Stage: StageUncompressed,
 			Want: c.Digest, Got: got, WantSize: c.Size, GotSize: n}
 	}
+	startWriteback(disk, c.Offset, c.Size)
 	if dirty || r.p.VerifyWrites {
 		onDisk, err := hashRegion(ctx, disk, c.Offset, c.Size, alg)
 		if err != nil {
