@@ -112,7 +112,7 @@ func imagesReady(lease *leasingv1alpha1.MacNodeLease, node *fleetv1alpha1.MacNod
 		i, ok := reported[name]
 		switch {
 		case !ok:
-			pulling = append(pulling, name+" (not started)")
+			pulling = append(pulling, name+" (not started; the chassis pulls only MacOSImages that exist)")
 		case i.Phase == fleetv1alpha1.ImageFailed:
 			failed = append(failed, name+": "+i.Message)
 		case i.Phase == fleetv1alpha1.ImageReady:
