@@ -2,11 +2,6 @@ package bench
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -66,14 +61,7 @@ func BenchmarkChassisReuse(b *testing.B) {
 	}
 	b.Cleanup(func() {
 		_ = a.Stop()
-		pids, _ := filepath.Glob(filepath.Join(a.StateDir, "run", "*.pid"))
-		for _, f := range pids {
-			if raw, err := os.ReadFile(f); err == nil {
-				if pid, err := strconv.Atoi(strings.TrimSpace(string(raw))); err == nil && pid > 0 {
-					_ = syscall.Kill(pid, syscall.SIGKILL)
-				}
-			}
-		}
+		a.KillHelpers()
 	})
 	phase := func() fleetv1alpha1.MacNodePhase {
 		mn := &fleetv1alpha1.MacNode{}

@@ -6,7 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -140,3 +143,18 @@ func (a *Agent) HelperPID(uid string) int {
 
 // DiskDir is where an instance's disk lives on this agent's host.
 func (a *Agent) DiskDir(uid string) string { return instances.Disks{Root: a.StateDir}.InstanceDir(uid) }
+
+// KillHelpers ends the agent's VM helpers at once: they outlive their agent
+// by design, so a suite ends them itself, whatever failed before.
+func (a *Agent) KillHelpers() {
+	files, _ := filepath.Glob(filepath.Join(a.StateDir, "run", "*.pid"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}

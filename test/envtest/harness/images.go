@@ -2,7 +2,6 @@ package harness
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -17,7 +16,6 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/conditions"
 	"github.com/boualleiguie/macrack-operator/internal/golden"
-	"github.com/boualleiguie/macrack-operator/internal/golden/simgolden"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/image"
 	"github.com/boualleiguie/macrack-operator/test/registry"
 )
@@ -70,33 +68,11 @@ func (e *Env) Registry() (*registry.Server, error) {
 	return srv, nil
 }
 
-// PushGolden packs a small sim golden (SimGoldenDisk bytes, a marker in each
-// chunk) and pushes it to the suite's registry as repository
-// macrack/<name>. It returns the digest-pinned reference.
+// PushGolden pushes a small sim golden (SimGoldenDisk bytes in chunks of
+// SimGoldenChunk) to the suite's registry as repository macrack/<name>, and
+// returns its digest-pinned reference.
 func (e *Env) PushGolden(ctx context.Context, name string, minimumDiskBytes int64) (string, error) {
-	srv, err := e.Registry()
-	if err != nil {
-		return "", err
-	}
-	dir, err := os.MkdirTemp("", "macrack-golden-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(dir)
-	src, err := simgolden.Write(dir, name, SimGoldenDisk, SimGoldenChunk, minimumDiskBytes)
-	if err != nil {
-		return "", err
-	}
-	repoRef := srv.Host() + "/macrack/" + name
-	repo, err := golden.Repository(repoRef, golden.RemoteOptions{PlainHTTP: true})
-	if err != nil {
-		return "", err
-	}
-	desc, err := golden.Push(ctx, repo, "15.5", src, golden.PushOptions{ChunkSize: SimGoldenChunk})
-	if err != nil {
-		return "", fmt.Errorf("pushing the sim golden %s: %w", name, err)
-	}
-	return repoRef + "@" + desc.Digest.String(), nil
+	return e.PushGoldenSized(ctx, name, SimGoldenDisk, SimGoldenChunk, minimumDiskBytes)
 }
 
 // CreateImage pushes a sim golden whose minimum disk is minimumDisk and

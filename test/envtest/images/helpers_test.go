@@ -1,17 +1,14 @@
 package images
 
 import (
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -64,18 +61,6 @@ func startChassis(class string) *harness.Agent {
 		return macNode(a.Node).Status.Phase
 	}, "30s").Should(Equal(fleetv1alpha1.MacNodeReady), "chassis %s never became Ready", a.Node)
 	return a
-}
-
-func killHelpers(a *harness.Agent) {
-	files, _ := filepath.Glob(filepath.Join(a.StateDir, "run", "*.pid"))
-	for _, f := range files {
-		b, _ := os.ReadFile(f)
-		var pid int
-		fmt.Sscanf(string(b), "%d", &pid)
-		if pid > 0 {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
 }
 
 // startRegistry starts a registry of the suite's own, stopped by

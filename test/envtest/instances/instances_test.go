@@ -1,7 +1,6 @@
 package instances
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,18 +39,6 @@ func startAgent(serial, stateDir string) *harness.Agent {
 	Expect(err).NotTo(HaveOccurred())
 	agents[a.Node] = a
 	return a
-}
-
-func killHelpers(a *harness.Agent) {
-	files, _ := filepath.Glob(filepath.Join(a.StateDir, "run", "*.pid"))
-	for _, f := range files {
-		b, _ := os.ReadFile(f)
-		var pid int
-		fmt.Sscanf(string(b), "%d", &pid)
-		if pid > 0 {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
 }
 
 func instance(ns, name, lease string) *computev1alpha1.MacOSInstance {

@@ -98,7 +98,7 @@ var _ = Describe("Instances whose quantities are valid but not canonical", Order
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() {
 			_ = a.Stop()
-			killHelpers(a)
+			a.KillHelpers()
 			_ = os.RemoveAll(a.StateDir)
 		})
 		Eventually(func() fleetv1alpha1.MacNodePhase {

@@ -78,7 +78,7 @@ var _ = AfterSuite(func() {
 	// below, so that no VM helper outlives a failed suite.
 	defer func() {
 		for _, a := range agents {
-			killHelpers(a)
+			a.KillHelpers()
 			_ = os.RemoveAll(a.StateDir)
 		}
 		_ = os.RemoveAll(binDir)
