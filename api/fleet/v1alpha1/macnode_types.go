@@ -208,19 +208,24 @@ const MaxWipeRecords = 16
 type WipeEvidence struct {
 	// namespace, name and uid of the MacOSInstance whose disk this was.
 	// +required
+	// +kubebuilder:validation:MaxLength=63
 	Namespace string `json:"namespace"`
 	// +required
+	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
 	// +required
+	// +kubebuilder:validation:MaxLength=64
 	UID types.UID `json:"uid"`
 	// leaseName is the instance's lease, in the same namespace.
 	// +required
+	// +kubebuilder:validation:MaxLength=253
 	LeaseName string `json:"leaseName"`
 	// files are the instance's files removed: disk, auxiliary storage,
 	// machine identifier.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=64
 	Files []string `json:"files,omitempty"`
 	// bytes is what those files allocated on disk when they were removed.
 	// +required
@@ -229,6 +234,7 @@ type WipeEvidence struct {
 	// freed by deleting it; the golden's shared blocks were never the
 	// tenant's), "reflink-unlink", or "unlink" for a full copy.
 	// +required
+	// +kubebuilder:validation:Enum=apfs-clone-unlink;reflink-unlink;unlink
 	Method string `json:"method"`
 	// wipedAt is when the last file was gone.
 	// +required
