@@ -27,6 +27,31 @@ var ErrCorrupt = errors.New("golden chunk corrupt")
 // refused rather than allocated.
 const zstdMaxWindow = 128 << 20
 
+// NewDecompressor reads the decompressed bytes of a stream compressed with
+// comp, under the limits every chunk is read with: one goroutine, and a
+// zstd window of at most 128 MiB. It checks nothing else: Chunk.Open does.
+func NewDecompressor(comp Compression, compressed io.Reader) (io.ReadCloser, error) {
+	switch comp {
+	case Zstd:
+		d, err := zstd.NewReader(compressed,
+			zstd.WithDecoderConcurrency(1),
+			zstd.WithDecoderLowmem(true),
+			zstd.WithDecoderMaxWindow(zstdMaxWindow),
+			zstd.WithDecoderMaxMemory(uint64(MaxChunkSize)))
+		if err != nil {
+			return nil, err
+		}
+		return d.IOReadCloser(), nil
+	case LZ4:
+		d := lz4.NewReader(compressed)
+		if err := d.Apply(lz4.ConcurrencyOption(1)); err != nil {
+			return nil, err
+		}
+		return io.NopCloser(d), nil
+	}
+	return nil, fmt.Errorf("unknown compression %q", comp)
+}
+
 // OpenChunk is c.Open(compressed).
 func OpenChunk(c Chunk, compressed io.Reader) (io.ReadCloser, error) {
 	return c.Open(compressed)
@@ -57,26 +82,11 @@ func (c Chunk) Open(compressed io.Reader) (io.ReadCloser, error) {
 		verify: content.NewVerifyReader(src, c.Layer),
 		hash:   digest.SHA256.Hash(),
 	}
-	switch c.Compression {
-	case Zstd:
-		d, err := zstd.NewReader(r.verify,
-			zstd.WithDecoderConcurrency(1),
-			zstd.WithDecoderLowmem(true),
-			zstd.WithDecoderMaxWindow(zstdMaxWindow),
-			zstd.WithDecoderMaxMemory(uint64(MaxChunkSize)))
-		if err != nil {
-			return nil, fmt.Errorf("chunk %d: %w", c.Index, err)
-		}
-		r.dec, r.close = d, d.Close
-	case LZ4:
-		d := lz4.NewReader(r.verify)
-		if err := d.Apply(lz4.ConcurrencyOption(1)); err != nil {
-			return nil, fmt.Errorf("chunk %d: %w", c.Index, err)
-		}
-		r.dec = d
-	default:
-		return nil, fmt.Errorf("chunk %d: unknown compression %q", c.Index, c.Compression)
+	dec, err := NewDecompressor(c.Compression, r.verify)
+	if err != nil {
+		return nil, fmt.Errorf("chunk %d: %w", c.Index, err)
 	}
+	r.dec, r.close = dec, func() { _ = dec.Close() }
 	return r, nil
 }
 
