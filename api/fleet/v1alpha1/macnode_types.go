@@ -214,7 +214,6 @@ type WipeEvidence struct {
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
 	// +required
-	// +kubebuilder:validation:MaxLength=64
 	UID types.UID `json:"uid"`
 	// leaseName is the instance's lease, in the same namespace.
 	// +required

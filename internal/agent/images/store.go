@@ -169,7 +169,9 @@ func (s *Store) pull(ctx context.Context, img *fleetv1alpha1.MacOSImage, p *stor
 	switch {
 	case err == nil:
 		p.waiting, p.failed = "", ""
-		delete(s.pulls, img.Name)
+		if s.pulls[img.Name] == p { // not a newer golden of the name's
+			delete(s.pulls, img.Name)
+		}
 	case errors.As(err, &noRoom):
 		p.waiting = noRoom.Error() + "; the pull waits: a golden in use or booked is never evicted"
 		p.retryAt = s.clock().Now().Add(s.retry())
