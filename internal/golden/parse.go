@@ -288,7 +288,7 @@ func Resolve(ctx context.Context, src oras.ReadOnlyTarget, reference string) (*G
 	if err := checkDigest(desc.Digest); err != nil {
 		return nil, invalidf("%s: the manifest's digest %q: %v", reference, desc.Digest, err)
 	}
-	if want, ok := pinnedDigest(reference); ok && want != desc.Digest {
+	if want, ok := PinnedDigest(reference); ok && want != desc.Digest {
 		return nil, fmt.Errorf("resolving %s: the registry answered with manifest %s", reference, desc.Digest)
 	}
 	manifest, err := fetchAll(ctx, src, desc)
@@ -325,9 +325,9 @@ func fetchAll(ctx context.Context, src content.Fetcher, desc ocispec.Descriptor)
 	return content.ReadAll(rc, desc)
 }
 
-// pinnedDigest is the digest reference pins, whether it is a bare digest or
-// a full reference (host/repository@digest).
-func pinnedDigest(reference string) (digest.Digest, bool) {
+// PinnedDigest is the digest reference pins, whether it is a bare digest or
+// a full reference (host/repository@digest); false if it pins none.
+func PinnedDigest(reference string) (digest.Digest, bool) {
 	if d, err := digest.Parse(reference); err == nil {
 		return d, true
 	}

@@ -106,8 +106,8 @@ type State struct {
 // it stands. prePull marks a pull nobody waits on yet (a booking, a class's
 // pre-pull), which yields bandwidth to on-demand pulls.
 func (s *Store) Ensure(img *fleetv1alpha1.MacOSImage, prePull bool) State {
-	want := digest.Digest(pinned(img.Spec.Source))
-	if want == "" {
+	want, ok := golden.PinnedDigest(img.Spec.Source)
+	if !ok {
 		return State{Phase: fleetv1alpha1.ImageFailed, Message: "spec.source is not pinned by digest"}
 	}
 	if s.Puller.Ready(img.Name, want) {
@@ -272,7 +272,8 @@ func (y yielding) Fetch(ctx context.Context, desc ocispec.Descriptor) (io.ReadCl
 // Clone makes an instance's disk and auxiliary storage from img's verified
 // golden, and says how.
 func (s *Store) Clone(img *fleetv1alpha1.MacOSImage, disk, aux string) (Method, error) {
-	return s.Cache.Clone(img.Name, digest.Digest(pinned(img.Spec.Source)), disk, aux, s.Cloner)
+	want, _ := golden.PinnedDigest(img.Spec.Source)
+	return s.Cache.Clone(img.Name, want, disk, aux, s.Cloner)
 }
 
 // Report is the cache as the agent reports it on its MacNode: every golden
@@ -334,14 +335,4 @@ func truncate(s string) string {
 		return s[:1021] + "..."
 	}
 	return s
-}
-
-// pinned is the digest a source is pinned by.
-func pinned(source string) string {
-	for i := len(source) - 1; i >= 0; i-- {
-		if source[i] == '@' {
-			return source[i+1:]
-		}
-	}
-	return ""
 }

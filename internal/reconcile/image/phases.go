@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,7 +28,8 @@ const resolveTimeout = 30 * time.Second
 // never read again. It returns an error only for what a retry may cure.
 func (r *Reconciler) resolve(ctx context.Context, s *scope) error {
 	img := s.image
-	digest := pinnedDigest(img.Spec.Source)
+	pinned, _ := golden.PinnedDigest(img.Spec.Source)
+	digest := pinned.String()
 	if res := img.Status.Resolved; res != nil && res.Digest == digest && img.Status.ObservedGeneration == img.Generation {
 		return nil
 	}
@@ -104,14 +104,6 @@ func Resolved(g *golden.Golden, hardwareModel []byte) *fleetv1alpha1.ResolvedIma
 		HardwareModelDigest:    g.HardwareModel.Digest.String(),
 		AuxiliaryStorageDigest: g.AuxiliaryStorage.Digest.String(),
 	}
-}
-
-// pinnedDigest is the digest a source is pinned by (the schema requires one).
-func pinnedDigest(source string) string {
-	if _, d, ok := strings.Cut(source, "@"); ok {
-		return d
-	}
-	return ""
 }
 
 // countReplicas sets replicatedOn to the serials whose agents report a Ready
