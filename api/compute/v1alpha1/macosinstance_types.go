@@ -92,11 +92,44 @@ type RuntimeStatus struct {
 	// when and how.
 	// +optional
 	Wipe *fleetv1alpha1.WipeEvidence `json:"wipe,omitempty"`
+	// lastStop is how the agent last stopped the VM, and why.
+	// +optional
+	LastStop *VMStop `json:"lastStop,omitempty"`
 	// wipedAt is when the host agent finished wiping the instance's disk.
 	// The agent removes macrack.io/disk-wipe only after recording it
 	// (instance.wipe).
 	// +optional
 	WipedAt *metav1.Time `json:"wipedAt,omitempty"`
+}
+
+// StopMethod is how a VM was stopped, gentlest first.
+// +kubebuilder:validation:Enum=GuestShutdown;RequestStop;Forced
+type StopMethod string
+
+// The stop methods, in the order the agent tries them.
+const (
+	// StopGuestShutdown: the guest agent was asked to shut macOS down, and did.
+	StopGuestShutdown StopMethod = "GuestShutdown"
+	// StopRequestStop: Virtualization.framework's requestStop (the power
+	// button) brought the guest down within the grace period.
+	StopRequestStop StopMethod = "RequestStop"
+	// StopForced: the VM was forced off after the grace period; its disk
+	// may not be consistent.
+	StopForced StopMethod = "Forced"
+)
+
+// VMStop records one stop of a VM.
+type VMStop struct {
+	// method is how the VM went down.
+	// +required
+	Method StopMethod `json:"method"`
+	// reason is why the agent stopped it, for example ChassisQuarantined.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Reason string `json:"reason,omitempty"`
+	// at is when the VM was down.
+	// +required
+	At metav1.Time `json:"at"`
 }
 
 // MacOSInstanceStatus is split by owner: nodeName and the Placed condition are

@@ -14,6 +14,13 @@ const (
 	ConditionReady = "Ready"
 	// ConditionQuotaHealthy: the kernel VM quota is not stuck.
 	ConditionQuotaHealthy = "QuotaHealthy"
+	// ConditionQuarantined: the quarantine loop holds the chassis: its
+	// quota stuck, and it is being stopped, rebooted and probed. The
+	// reason says the step.
+	ConditionQuarantined = "Quarantined"
+	// ConditionNeedsAttention: the chassis stuck more than
+	// MaxQuarantinesPerDay times in 24 hours; a person must look.
+	ConditionNeedsAttention = "NeedsAttention"
 )
 
 // Condition types of a MacNodeClass.
@@ -24,16 +31,29 @@ const (
 
 // Reasons used on fleet conditions.
 const (
-	ReasonCompliant          = "Compliant"
-	ReasonPolicyViolation    = "PolicyViolation"
-	ReasonNotReported        = "NotReported"
-	ReasonClassNotFound      = "ClassNotFound"
-	ReasonHeartbeatCurrent   = "HeartbeatCurrent"
-	ReasonHeartbeatMissed    = "HeartbeatMissed"
-	ReasonBound              = "Bound"
-	ReasonFree               = "Free"
-	ReasonQuotaStuck         = "QuotaStuck"
-	ReasonQuotaOK            = "QuotaOK"
+	ReasonCompliant        = "Compliant"
+	ReasonPolicyViolation  = "PolicyViolation"
+	ReasonNotReported      = "NotReported"
+	ReasonClassNotFound    = "ClassNotFound"
+	ReasonHeartbeatCurrent = "HeartbeatCurrent"
+	ReasonHeartbeatMissed  = "HeartbeatMissed"
+	ReasonBound            = "Bound"
+	ReasonFree             = "Free"
+	ReasonQuotaStuck       = "QuotaStuck"
+	ReasonQuotaOK          = "QuotaOK"
+	// The quarantine loop's steps, as Quarantined's reasons and as Events.
+	// ReasonStoppingVMs: fenced; the agent stops the VMs gracefully.
+	ReasonStoppingVMs = "StoppingVMs"
+	// ReasonRebootRequested: the VMs are stopped; the host reboots.
+	ReasonRebootRequested = "RebootRequested"
+	// ReasonRebooted: the agent reports a new boot; the probe is awaited.
+	ReasonRebooted = "Rebooted"
+	// ReasonRecovered: the probe passed; the chassis serves again.
+	ReasonRecovered = "Recovered"
+	// ReasonTooManyQuarantines: NeedsAttention's reason.
+	ReasonTooManyQuarantines = "TooManyQuarantines"
+	// ReasonQuarantineStarted (an Event): the chassis was fenced.
+	ReasonQuarantineStarted  = "QuarantineStarted"
 	ReasonAwaitingCompliance = "AwaitingCompliance"
 	ReasonRetired            = "Retired"
 	// ReasonDiskLeftUnwiped (an Event): the operator let an instance of a

@@ -82,6 +82,51 @@ type QuotaReport struct {
 	// lastErrorAt is when the agent saw lastErrorCode.
 	// +optional
 	LastErrorAt *metav1.Time `json:"lastErrorAt,omitempty"`
+	// bootID is the host boot this report is about. A stuck counter lasts
+	// until the host reboots, so a report of an earlier boot is stale.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	BootID string `json:"bootID,omitempty"`
+	// probe is the agent's last probe of the quota: one VM started and
+	// stopped cleanly after a reboot, which proves the counter healthy.
+	// Nothing public exposes the kernel's active-VM count.
+	// +optional
+	Probe *QuotaProbe `json:"probe,omitempty"`
+}
+
+// ProbeResult is how a quota probe ended.
+// +kubebuilder:validation:Enum=Passed;Failed
+type ProbeResult string
+
+// The probe results.
+const (
+	// ProbePassed: the probe VM started and stopped cleanly.
+	ProbePassed ProbeResult = "Passed"
+	// ProbeFailed: the probe VM did not start, or did not stop cleanly.
+	ProbeFailed ProbeResult = "Failed"
+)
+
+// QuotaProbe is one start and stop of a probe VM, with no tenant's disk.
+type QuotaProbe struct {
+	// bootID is the host boot the probe ran in.
+	// +required
+	// +kubebuilder:validation:MaxLength=64
+	BootID string `json:"bootID"`
+	// result is Passed or Failed.
+	// +required
+	Result ProbeResult `json:"result"`
+	// image is the cached golden the probe VM booted from; empty in the
+	// sim, whose VMs need no golden.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Image string `json:"image,omitempty"`
+	// message says why a probe failed.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+	// at is when the probe ended.
+	// +required
+	At metav1.Time `json:"at"`
 }
 
 // ReportedFacts are the host agent's hardware and software facts. The agent
@@ -142,6 +187,12 @@ type ReportedFacts struct {
 	// agentVersion is the host agent's version.
 	// +optional
 	AgentVersion string `json:"agentVersion,omitempty"`
+	// bootID identifies the host's current boot: the boot session UUID on
+	// a Mac (kern.bootsessionuuid), the sim host's boot id. It changes only
+	// when the host reboots, so the operator reads a reboot from it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	BootID string `json:"bootID,omitempty"`
 }
 
 // ImagePhase is a golden's state in one chassis' cache.
@@ -355,6 +406,48 @@ type LeaseRecord struct {
 	Wipes []WipeEvidence `json:"wipes,omitempty"`
 }
 
+// MaxQuarantinesPerDay is how many quarantines of one chassis in 24 hours
+// the operator repairs by a reboot. One more leaves the chassis Quarantined
+// with NeedsAttention, for a person.
+const MaxQuarantinesPerDay = 3
+
+// QuarantineStatus is one quarantine of a chassis whose kernel VM quota
+// stuck: fenced, its VMs stopped, rebooted, probed, and returned to the
+// lease that held it. The operator writes it; every step stamps a time.
+type QuarantineStatus struct {
+	// bootID is the host boot in which the quota stuck. The reboot is
+	// proven when the agent reports another.
+	// +required
+	// +kubebuilder:validation:MaxLength=64
+	BootID string `json:"bootID"`
+	// evidence is the agent's report that started the quarantine.
+	// +required
+	// +kubebuilder:validation:MaxLength=1024
+	Evidence string `json:"evidence"`
+	// quarantinedAt is when the operator fenced the chassis.
+	// +required
+	QuarantinedAt metav1.Time `json:"quarantinedAt"`
+	// rebootRequestedAt is when the operator asked the agent to reboot the
+	// host, once its VMs were stopped.
+	// +optional
+	RebootRequestedAt *metav1.Time `json:"rebootRequestedAt,omitempty"`
+	// rebootedAt is when the agent first reported a boot other than bootID.
+	// +optional
+	RebootedAt *metav1.Time `json:"rebootedAt,omitempty"`
+	// recoveredAt is when a probe in the new boot passed and the chassis
+	// returned to service.
+	// +optional
+	RecoveredAt *metav1.Time `json:"recoveredAt,omitempty"`
+	// needsAttention: this was more than MaxQuarantinesPerDay quarantines
+	// in 24 hours. The chassis is not rebooted again, never returns to the
+	// pool, and waits for a person.
+	// +optional
+	NeedsAttention bool `json:"needsAttention,omitempty"`
+}
+
+// Active reports whether the quarantine still fences the chassis.
+func (q *QuarantineStatus) Active() bool { return q != nil && q.RecoveredAt == nil }
+
 // MacNodeStatus is split by owner: reported belongs to the host agent,
 // everything else to the operator.
 type MacNodeStatus struct {
@@ -400,6 +493,17 @@ type MacNodeStatus struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=64
 	UnwipedDisks []UnwipedDisk `json:"unwipedDisks,omitempty"`
+
+	// quarantine is the chassis' current quarantine, or its last one.
+	// +optional
+	Quarantine *QuarantineStatus `json:"quarantine,omitempty"`
+
+	// recentQuarantines are when the latest quarantines began, newest last:
+	// more than MaxQuarantinesPerDay in 24 hours needs a person.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	RecentQuarantines []metav1.Time `json:"recentQuarantines,omitempty"`
 }
 
 // +kubebuilder:object:root=true
@@ -411,6 +515,8 @@ type MacNodeStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Tenant",type=string,JSONPath=`.status.binding.leaseNamespace`
 // +kubebuilder:printcolumn:name="Lease",type=string,JSONPath=`.status.binding.leaseName`
+// +kubebuilder:printcolumn:name="Quarantined",type=date,JSONPath=`.status.quarantine.quarantinedAt`,priority=1
+// +kubebuilder:printcolumn:name="Recovered",type=date,JSONPath=`.status.quarantine.recoveredAt`,priority=1
 // +kubebuilder:printcolumn:name="Goldens",type=string,JSONPath=`.status.reported.images[*].name`,priority=1
 // +kubebuilder:printcolumn:name="Pulls",type=string,JSONPath=`.status.reported.images[*].phase`,priority=1
 // +kubebuilder:printcolumn:name="Retired",type=boolean,JSONPath=`.spec.retired`,priority=1

@@ -13,6 +13,16 @@ const (
 	// LeasedTaint, with the tenant's namespace as its value, marks a leased
 	// Node.
 	LeasedTaint = "macrack.io/leased"
+	// QuarantinedTaint (NoSchedule) marks a Node whose chassis is in the
+	// quarantine loop: its kernel VM quota stuck.
+	QuarantinedTaint = "macrack.io/quarantined"
+
+	// SimQuotaStickAnnotation, on a MacNode, asks a sim agent to reproduce
+	// the stuck-quota bug: its kernel keeps every stopped VM counted, and
+	// the agent tries a start at once. A value it has not seen yet (a
+	// timestamp, say) asks again. Only the sim driver honours it; a Mac's
+	// agent ignores it. `macrackctl sim quota-stick` sets it.
+	SimQuotaStickAnnotation = "sim.macrack.io/quota-stick"
 
 	// TenantLabel names, on a leased Node, the tenant's namespace.
 	TenantLabel = "macrack.io/tenant"

@@ -11,6 +11,10 @@ const (
 	// ConditionImagesReady: every image in spec.images has verified on the
 	// bound chassis.
 	ConditionImagesReady = "ImagesReady"
+	// ConditionChassisAvailable: the bound chassis serves the lease. False
+	// while it is quarantined (its kernel VM quota stuck, and MacRack
+	// reboots it), or when it needs a person.
+	ConditionChassisAvailable = "ChassisAvailable"
 )
 
 // Reasons used on lease conditions.
@@ -39,4 +43,13 @@ const (
 	ReasonImagesPulling = "ImagesPulling"
 	ReasonImagesFailed  = "ImagesFailed"
 	ReasonNoImages      = "NoImages"
+	// ChassisAvailable's reasons.
+	ReasonAvailable          = "Available"
+	ReasonChassisQuarantined = "ChassisQuarantined"
+	ReasonChassisRebooting   = "ChassisRebooting"
+	// ReasonChassisNeedsAttention: the chassis stuck too often; it stays
+	// with the lease, fenced, until a person acts.
+	ReasonChassisNeedsAttention = "ChassisNeedsAttention"
+	// ReasonChassisRecovered (an Event): the chassis came back.
+	ReasonChassisRecovered = "ChassisRecovered"
 )
