@@ -69,7 +69,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		reg = metrics.Registry
 	}
 	admissionMetrics := admission.NewMetrics()
-	for _, c := range append(o.Engine.Collectors(), admissionMetrics.Collectors()...) {
+	nodeMetrics := node.NewMetrics()
+	collectors := append(o.Engine.Collectors(), admissionMetrics.Collectors()...)
+	for _, c := range append(collectors, nodeMetrics.Collectors()...) {
 		if err := reg.Register(c); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
 			return fmt.Errorf("registering metrics: %w", err)
 		}
@@ -88,7 +90,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if err := (&node.Reconciler{
 		Client: mgr.GetClient(), Engine: o.Engine, Clock: o.Clock,
 		Recorder: mgr.GetEventRecorder("macrack-node"), Params: o.Params, Identity: identity,
-		Ticks: o.NodeTicks, HeartbeatGrace: o.HeartbeatGrace,
+		Ticks: o.NodeTicks, HeartbeatGrace: o.HeartbeatGrace, Metrics: nodeMetrics,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the node controller: %w", err)
 	}

@@ -16,9 +16,12 @@ const (
 	Prefix      = fleetv1alpha1.Prefix
 	UnleasedKey = fleetv1alpha1.UnleasedTaint
 	LeasedKey   = fleetv1alpha1.LeasedTaint
-	TenantLabel = fleetv1alpha1.TenantLabel
-	SerialLabel = fleetv1alpha1.SerialLabel
-	ClassLabel  = fleetv1alpha1.ClassLabel
+	// QuarantinedKey is added, beside the lease's taint, while the
+	// chassis is in the quarantine loop.
+	QuarantinedKey = fleetv1alpha1.QuarantinedTaint
+	TenantLabel    = fleetv1alpha1.TenantLabel
+	SerialLabel    = fleetv1alpha1.SerialLabel
+	ClassLabel     = fleetv1alpha1.ClassLabel
 )
 
 // Desired is the macrack.io/ taint set for a node: unleased when tenant is
@@ -28,6 +31,12 @@ func Desired(tenant string) []corev1.Taint {
 		return []corev1.Taint{{Key: UnleasedKey, Effect: corev1.TaintEffectNoSchedule}}
 	}
 	return []corev1.Taint{{Key: LeasedKey, Value: tenant, Effect: corev1.TaintEffectNoSchedule}}
+}
+
+// Quarantined adds the macrack.io/quarantined:NoSchedule taint to desired:
+// a quarantined chassis keeps its lease's taint, and takes nothing new.
+func Quarantined(desired []corev1.Taint) []corev1.Taint {
+	return append(desired, corev1.Taint{Key: QuarantinedKey, Effect: corev1.TaintEffectNoSchedule})
 }
 
 // Apply returns current with its macrack.io/ taints replaced by desired.

@@ -120,6 +120,9 @@ type scope struct {
 	retired bool
 	// refusal is a policy's answer to this pass's release, if it refused.
 	refusal string
+	// awaitingRecovery: the release waits for the chassis to come back from
+	// its quarantine.
+	awaitingRecovery bool
 }
 
 // Reconcile moves one lease through Pending, Bound, Held and Released.

@@ -219,6 +219,13 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 		}
 		return ctrl.Result{RequeueAfter: era.Sub(s.now)}, nil
 	}
+	if q := s.node.Status.Quarantine; q.Active() && !q.NeedsAttention {
+		// The chassis comes back to this lease first, and its release then
+		// proceeds as any other: its agent is back to wipe the disks. Its
+		// recovery enqueues the lease.
+		s.awaitingRecovery = true
+		return ctrl.Result{}, nil
+	}
 	return r.release(ctx, s)
 }
 

@@ -70,6 +70,9 @@ func (r *Reconciler) updateStatus(s *scope) {
 			"the chassis is retired: it was let go without its disks wiped, as its status.unwipedDisks records"), gen, now)
 	case lease.Status.Phase == leasingv1alpha1.LeaseReleased:
 		conditions.Set(c, conditions.True(leasingv1alpha1.ConditionReleased, leasingv1alpha1.ReasonReleased, "the chassis went back to the pool"), gen, now)
+	case s.awaitingRecovery:
+		conditions.Set(c, conditions.False(leasingv1alpha1.ConditionReleased, leasingv1alpha1.ReasonChassisQuarantined,
+			fmt.Sprintf("earliestReleaseAt has passed; the release proceeds once chassis %s is back from its quarantine", s.node.Spec.Serial)), gen, now)
 	case s.refusal != "":
 		if conditions.Set(c, conditions.False(leasingv1alpha1.ConditionReleased, leasingv1alpha1.ReasonPolicyDenied, s.refusal), gen, now) {
 			r.Recorder.Eventf(lease, nil, corev1.EventTypeWarning, "ReleaseRefused", "Release", "%s", s.refusal)
@@ -90,7 +93,51 @@ func (r *Reconciler) updateStatus(s *scope) {
 	if len(lease.Spec.Images) > 0 {
 		conditions.Set(c, imagesReady(lease, s.node), gen, now)
 	}
+	r.setChassisAvailable(s, gen, now)
 	lease.Status.ObservedGeneration = gen
+}
+
+// setChassisAvailable tells the tenant whether its chassis serves it, and,
+// with an Event, when that changes: a quarantine is an outage the tenant
+// sees, with what happens and why.
+func (r *Reconciler) setChassisAvailable(s *scope, gen int64, now metav1.Time) {
+	lease := s.lease
+	c := &lease.Status.Conditions
+	was := conditions.IsTrue(*c, leasingv1alpha1.ConditionChassisAvailable)
+	cond := chassisAvailable(s.node)
+	if !conditions.Set(c, cond, gen, now) || s.node == nil {
+		return
+	}
+	switch {
+	case cond.Status == metav1.ConditionFalse:
+		r.Recorder.Eventf(lease, s.node, corev1.EventTypeWarning, cond.Reason, "Quarantine", "%s", cond.Message)
+	case !was && s.node.Status.Quarantine != nil:
+		r.Recorder.Eventf(lease, s.node, corev1.EventTypeNormal, leasingv1alpha1.ReasonChassisRecovered, "Quarantine", "%s", cond.Message)
+	}
+}
+
+// chassisAvailable is the ChassisAvailable condition for the bound chassis.
+func chassisAvailable(node *fleetv1alpha1.MacNode) metav1.Condition {
+	if node == nil {
+		return conditions.False(leasingv1alpha1.ConditionChassisAvailable, leasingv1alpha1.ReasonNotBound, "no chassis is bound")
+	}
+	serial, q := node.Spec.Serial, node.Status.Quarantine
+	switch {
+	case q.Active() && q.NeedsAttention:
+		return conditions.False(leasingv1alpha1.ConditionChassisAvailable, leasingv1alpha1.ReasonChassisNeedsAttention,
+			fmt.Sprintf("chassis %s is unavailable: its kernel VM quota stuck more than %d times in 24 hours (a macOS fault), so MacRack stopped repairing it by reboot and a person must look; it stays with this lease and runs no VM until then",
+				serial, fleetv1alpha1.MaxQuarantinesPerDay))
+	case q.Active() && node.Status.Phase == fleetv1alpha1.MacNodeRebooting:
+		return conditions.False(leasingv1alpha1.ConditionChassisAvailable, leasingv1alpha1.ReasonChassisRebooting,
+			fmt.Sprintf("chassis %s is rebooting to clear a stuck kernel VM quota (a macOS fault); it comes back to this lease, with the same earliestReleaseAt, and your instances start again", serial))
+	case q.Active():
+		return conditions.False(leasingv1alpha1.ConditionChassisAvailable, leasingv1alpha1.ReasonChassisQuarantined,
+			fmt.Sprintf("chassis %s is quarantined: its kernel VM quota stuck (a macOS fault that only a reboot clears); new instances are refused, your VMs are stopped gracefully, the host reboots, and it comes back to this lease with the same earliestReleaseAt", serial))
+	case q != nil:
+		return conditions.True(leasingv1alpha1.ConditionChassisAvailable, leasingv1alpha1.ReasonAvailable,
+			fmt.Sprintf("chassis %s serves this lease; it recovered from a quarantine at %s", serial, q.RecoveredAt.UTC().Format(time.RFC3339)))
+	}
+	return conditions.True(leasingv1alpha1.ConditionChassisAvailable, leasingv1alpha1.ReasonAvailable, fmt.Sprintf("chassis %s serves this lease", serial))
 }
 
 // imagesReady is the ImagesReady condition of a lease that books images:

@@ -57,8 +57,8 @@ func TestEveryConditionHasAReasonInEveryPhase(t *testing.T) {
 			s.lease, s.now = lease, t0.Add(2*time.Hour)
 			r := &Reconciler{Recorder: events.NewFakeRecorder(10)}
 			r.updateStatus(&s)
-			if len(lease.Status.Conditions) != 3 {
-				t.Fatalf("want Bound, Held and Released set on every pass, got %+v", lease.Status.Conditions)
+			if len(lease.Status.Conditions) != 4 {
+				t.Fatalf("want Bound, ChassisAvailable, Held and Released set on every pass, got %+v", lease.Status.Conditions)
 			}
 			for _, c := range lease.Status.Conditions {
 				if c.Reason == "" || c.Message == "" {

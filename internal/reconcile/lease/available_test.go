@@ -1,0 +1,47 @@
+package lease
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+)
+
+// TestTheTenantSeesItsChassisQuarantineInWords: each step of the loop
+// gives the lease's ChassisAvailable its own reason and a message that
+// says what happens and why; a healthy chassis, the control, is available.
+func TestTheTenantSeesItsChassisQuarantineInWords(t *testing.T) {
+	at := metav1.NewTime(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
+	node := func(phase fleetv1alpha1.MacNodePhase, q *fleetv1alpha1.QuarantineStatus) *fleetv1alpha1.MacNode {
+		return &fleetv1alpha1.MacNode{Spec: fleetv1alpha1.MacNodeSpec{Serial: "C02A"},
+			Status: fleetv1alpha1.MacNodeStatus{Phase: phase, Quarantine: q}}
+	}
+	for _, tc := range []struct {
+		name   string
+		node   *fleetv1alpha1.MacNode
+		status metav1.ConditionStatus
+		reason string
+		says   string
+	}{
+		{"healthy", node(fleetv1alpha1.MacNodeLeased, nil), metav1.ConditionTrue, leasingv1alpha1.ReasonAvailable, "serves this lease"},
+		{"quarantined", node(fleetv1alpha1.MacNodeQuarantined, &fleetv1alpha1.QuarantineStatus{QuarantinedAt: at}),
+			metav1.ConditionFalse, leasingv1alpha1.ReasonChassisQuarantined, "same earliestReleaseAt"},
+		{"rebooting", node(fleetv1alpha1.MacNodeRebooting, &fleetv1alpha1.QuarantineStatus{QuarantinedAt: at, RebootRequestedAt: &at}),
+			metav1.ConditionFalse, leasingv1alpha1.ReasonChassisRebooting, "instances start again"},
+		{"needs a person", node(fleetv1alpha1.MacNodeQuarantined, &fleetv1alpha1.QuarantineStatus{QuarantinedAt: at, NeedsAttention: true}),
+			metav1.ConditionFalse, leasingv1alpha1.ReasonChassisNeedsAttention, "a person must look"},
+		{"recovered", node(fleetv1alpha1.MacNodeLeased, &fleetv1alpha1.QuarantineStatus{QuarantinedAt: at, RecoveredAt: &at}),
+			metav1.ConditionTrue, leasingv1alpha1.ReasonAvailable, "recovered from a quarantine"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := chassisAvailable(tc.node)
+			if c.Status != tc.status || c.Reason != tc.reason || !strings.Contains(c.Message, tc.says) || !strings.Contains(c.Message, "C02A") {
+				t.Fatalf("got %s %s %q, want %s %s saying %q and the serial", c.Status, c.Reason, c.Message, tc.status, tc.reason, tc.says)
+			}
+		})
+	}
+}

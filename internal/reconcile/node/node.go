@@ -1,0 +1,87 @@
+package node
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/taints"
+)
+
+// reconcileNode keeps the Node's macrack.io/ taints and tenant label as the
+// binding and the quarantine say, and touches nothing else on it.
+func (r *Reconciler) reconcileNode(ctx context.Context, s *scope) error {
+	n := &corev1.Node{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: s.node.Name}, n); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil // the agent has not registered yet; its creation re-enqueues us
+		}
+		return fmt.Errorf("getting Node %s: %w", s.node.Name, err)
+	}
+	s.nodeFound = true
+	tenant := ""
+	if b := s.node.Status.Binding; b != nil {
+		tenant = b.LeaseNamespace
+	}
+	desired := taints.Desired(tenant)
+	if fenced(s.node.Status.Phase) {
+		desired = taints.Quarantined(desired)
+	}
+	updated := n.DeepCopy()
+	var taintsChanged, labelsChanged bool
+	updated.Spec.Taints, taintsChanged = taints.Apply(n.Spec.Taints, desired)
+	updated.Labels, labelsChanged = taints.Labels(n.Labels, tenant)
+	if taintsChanged || labelsChanged {
+		// Taints first: the Ready patch below changes the resourceVersion
+		// this optimistic lock was read at.
+		if err := r.Client.Patch(ctx, updated, client.MergeFromWithOptions(n, client.MergeFromWithOptimisticLock{})); err != nil {
+			return fmt.Errorf("updating taints of Node %s: %w", n.Name, err)
+		}
+		what := "unleased"
+		if tenant != "" {
+			what = "leased to " + tenant
+		}
+		if fenced(s.node.Status.Phase) {
+			what += ", and quarantined"
+		}
+		r.Recorder.Eventf(s.node, updated, corev1.EventTypeNormal, "NodeTainted", "Taint", "Node %s is now %s", n.Name, what)
+		n = updated
+	}
+	if s.agent == metav1.ConditionFalse {
+		return r.markNodeNotReady(ctx, n, s)
+	}
+	return nil
+}
+
+// markNodeNotReady sets the Node's Ready condition to False when the agent
+// fell silent, as the node lifecycle controller would for a kubelet.
+func (r *Reconciler) markNodeNotReady(ctx context.Context, n *corev1.Node, s *scope) error {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionFalse && c.Reason == fleetv1alpha1.ReasonHeartbeatMissed {
+			return nil
+		}
+	}
+	updated := n.DeepCopy()
+	cond := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: fleetv1alpha1.ReasonHeartbeatMissed,
+		Message: "MacRack host agent: " + s.agentMessage, LastTransitionTime: s.now, LastHeartbeatTime: s.now}
+	replaced := false
+	for i := range updated.Status.Conditions {
+		if updated.Status.Conditions[i].Type == corev1.NodeReady {
+			updated.Status.Conditions[i] = cond
+			replaced = true
+		}
+	}
+	if !replaced {
+		updated.Status.Conditions = append(updated.Status.Conditions, cond)
+	}
+	if err := r.Client.Status().Patch(ctx, updated, client.MergeFrom(n)); err != nil {
+		return fmt.Errorf("marking Node %s not ready: %w", n.Name, err)
+	}
+	r.Recorder.Eventf(s.node, updated, corev1.EventTypeWarning, fleetv1alpha1.ReasonHeartbeatMissed, "Heartbeat", "%s", s.agentMessage)
+	return nil
+}

@@ -1,0 +1,168 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/chassis"
+	"github.com/boualleiguie/macrack-operator/internal/policy"
+)
+
+// derivePhase is the one place the MacNode's phase is decided, from what
+// the pass observed. The quarantine loop fences before anything else: a
+// chassis in the loop is Quarantined or Rebooting whether or not a lease
+// holds it, and one that needs a person stays Quarantined even once its
+// lease lets go of it, so that it never returns to the pool.
+func derivePhase(s *scope) {
+	mn := s.node
+	st := &mn.Status
+	q := st.Quarantine
+	compliant := s.classFound && st.Reported != nil && len(s.problems) == 0
+	switch {
+	case mn.Spec.Retired:
+		st.Phase = fleetv1alpha1.MacNodeRetired
+	case q.Active() && q.RebootRequestedAt != nil && !q.NeedsAttention:
+		st.Phase = fleetv1alpha1.MacNodeRebooting
+	case q.Active():
+		st.Phase = fleetv1alpha1.MacNodeQuarantined
+	case st.Binding != nil:
+		st.Phase = fleetv1alpha1.MacNodeLeased
+	case st.Reported == nil:
+		st.Phase = fleetv1alpha1.MacNodePending
+	case compliant && s.agent != metav1.ConditionFalse:
+		st.Phase = fleetv1alpha1.MacNodeReady
+	default:
+		st.Phase = fleetv1alpha1.MacNodeEnrolled
+	}
+}
+
+// reconcileOrphanBinding handles a binding whose lease is gone, which only
+// a forced removal of the lease's finalizer leaves behind. The binding holds
+// the chassis until earliestReleaseAt all the same; then the lease's
+// instances are deleted, and once wiped the chassis is freed.
+func (r *Reconciler) reconcileOrphanBinding(ctx context.Context, s *scope) (ctrl.Result, error) {
+	b := s.node.Status.Binding
+	if b == nil {
+		return ctrl.Result{}, nil
+	}
+	l := &leasingv1alpha1.MacNodeLease{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: b.LeaseNamespace, Name: b.LeaseName}, l)
+	if err == nil && l.UID == b.LeaseUID {
+		return ctrl.Result{}, nil
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("getting lease %s/%s: %w", b.LeaseNamespace, b.LeaseName, err)
+	}
+	s.orphaned = true
+	log := ctrl.LoggerFrom(ctx).WithValues("MacNodeLease", b.LeaseNamespace+"/"+b.LeaseName)
+	if s.now.Before(&b.EarliestReleaseAt) {
+		log.Info("Binding outlives its lease; the chassis stays held", "earliestReleaseAt", b.EarliestReleaseAt.UTC())
+		return ctrl.Result{RequeueAfter: b.EarliestReleaseAt.Sub(s.now.Time)}, nil
+	}
+	d, err := r.decide(ctx, chassis.Freed(s.node, s.now.Time), s.node)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !d.Allowed() {
+		return ctrl.Result{}, fmt.Errorf("freeing MacNode %s refused: %s", s.node.Name, d.Violations[0].Message)
+	}
+	out, err := chassis.Release(ctx, r.Client, s.node, b.LeaseNamespace, b.LeaseName, s.now.Time)
+	if err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if out.Freed == nil {
+		if s.holds = out.Holds; s.holds != "" {
+			log.Info("Orphaned binding kept: the chassis is not empty", "holds", out.Holds)
+		}
+		return ctrl.Result{}, nil
+	}
+	freed := out.Freed
+	s.freed = true
+	r.Recorder.Eventf(freed, nil, corev1.EventTypeNormal, "ChassisReleased", "Release",
+		"Released chassis %s: its lease %s/%s is gone and earliestReleaseAt has passed", freed.Spec.Serial, b.LeaseNamespace, b.LeaseName)
+	log.Info("Orphaned binding released")
+	return ctrl.Result{}, nil
+}
+
+// assessCompliance asks the policies whether this chassis may enter service
+// now: the write the operator would make, from Enrolled to Ready.
+func (r *Reconciler) assessCompliance(ctx context.Context, s *scope) error {
+	mn := s.node
+	class := &fleetv1alpha1.MacNodeClass{}
+	err := r.Client.Get(ctx, client.ObjectKey{Name: mn.Spec.NodeClassName}, class)
+	switch {
+	case apierrors.IsNotFound(err):
+		s.problems = append(s.problems, fmt.Sprintf("MacNodeClass %s does not exist", mn.Spec.NodeClassName))
+		return nil
+	case err != nil:
+		return fmt.Errorf("getting MacNodeClass %s: %w", mn.Spec.NodeClassName, err)
+	}
+	s.classFound, s.class = true, class
+	if mn.Status.Reported == nil {
+		return nil
+	}
+	from := mn.DeepCopy()
+	from.Status.Phase = fleetv1alpha1.MacNodeEnrolled
+	to := mn.DeepCopy()
+	to.Status.Phase = fleetv1alpha1.MacNodeReady
+	d, err := r.decide(ctx, to, from)
+	if err != nil {
+		return err
+	}
+	for _, v := range d.Violations {
+		if v.Rule == "node.commercial" || v.Rule == "quota.never-circumvent" || v.Code == policy.CodeError || v.Code == policy.CodeDisagreement {
+			s.problems = append(s.problems, v.Message)
+		}
+	}
+	return nil
+}
+
+// assessHeartbeat reads the agent's heartbeat Lease. It returns when to
+// look again: when the heartbeat will have grown too old.
+func (r *Reconciler) assessHeartbeat(ctx context.Context, s *scope) (ctrl.Result, error) {
+	hb := &coordinationv1.Lease{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: HeartbeatNamespace, Name: s.node.Name}, hb)
+	switch {
+	case apierrors.IsNotFound(err):
+		s.agent, s.agentMessage = metav1.ConditionUnknown, "the host agent has not sent a heartbeat yet"
+		return ctrl.Result{}, nil
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("getting the heartbeat of %s: %w", s.node.Name, err)
+	}
+	if hb.Spec.RenewTime == nil || r.HeartbeatGrace <= 0 {
+		s.agent, s.agentMessage = metav1.ConditionUnknown, "the heartbeat has no renew time"
+		return ctrl.Result{}, nil
+	}
+	deadline := hb.Spec.RenewTime.Add(r.HeartbeatGrace)
+	if !s.now.Time.Before(deadline) {
+		s.agent = metav1.ConditionFalse
+		s.agentMessage = fmt.Sprintf("no heartbeat since %s (more than %s)", hb.Spec.RenewTime.UTC().Format(time.RFC3339), r.HeartbeatGrace)
+		return ctrl.Result{}, nil
+	}
+	s.agent, s.agentMessage = metav1.ConditionTrue, "the host agent heartbeats"
+	return ctrl.Result{RequeueAfter: deadline.Sub(s.now.Time)}, nil
+}
+
+func lowestRequeue(a, b ctrl.Result) ctrl.Result {
+	switch {
+	case a.RequeueAfter == 0:
+		return b
+	case b.RequeueAfter == 0 || a.RequeueAfter < b.RequeueAfter:
+		return a
+	}
+	return b
+}
