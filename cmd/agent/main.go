@@ -5,12 +5,17 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/rest"
@@ -22,6 +27,7 @@ import (
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent"
+	"github.com/boualleiguie/macrack-operator/internal/agent/driver/sim"
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
 	"github.com/boualleiguie/macrack-operator/internal/agent/host"
 	"github.com/boualleiguie/macrack-operator/internal/agent/instances"
@@ -30,7 +36,7 @@ import (
 func main() {
 	var (
 		kubeconfig, serial, agentsNS, stateDir, driverName, helperPath, tokenFile string
-		heartbeat, facts, tokenTTL                                                time.Duration
+		heartbeat, facts, tokenTTL, simRebootTime                                 time.Duration
 		simDisk, simBootArgs, simChip, cacheBudget, registryAuth                  string
 		pullConcurrency                                                           int
 		simNIC                                                                    int
@@ -55,6 +61,7 @@ func main() {
 	fs.BoolVar(&simSIP, "sim-sip", true, "sim: whether SIP is reported on.")
 	fs.BoolVar(&simEntitlement, "sim-entitlement", true, "sim: whether the virtualization entitlement is reported.")
 	fs.StringVar(&simBootArgs, "sim-boot-args", "", "sim: the reported boot-args.")
+	fs.DurationVar(&simRebootTime, "sim-reboot-time", 5*time.Second, "sim: how long the simulated host takes to reboot, before the agent starts again.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	flag.Parse()
@@ -114,17 +121,31 @@ func main() {
 				return fmt.Errorf("--registry-auth: %w", err)
 			}
 		}
-		return agent.Run(ctrl.SetupSignalHandler(), cfg, agent.Config{
+		source, err := factsSource(driverName, host.StaticFacts{Reported: &fleetv1alpha1.ReportedFacts{
+			Disk: &disk, NetworkGbps: ptr.To(int32(simNIC)), Chip: simChip, MacOSVersion: "15.5",
+			SIPEnabled: ptr.To(simSIP), BootArgs: simBootArgs, VirtualizationEntitlement: ptr.To(simEntitlement),
+			Quota: &fleetv1alpha1.QuotaReport{State: fleetv1alpha1.QuotaOK}, AgentVersion: "sim",
+		}}, helperPath, log.WithName("facts"))
+		if err != nil {
+			return err
+		}
+		plat, err := platformFor(driverName, stateDir, log)
+		if err != nil {
+			return err
+		}
+		ctx := ctrl.SetupSignalHandler()
+		err = agent.Run(ctx, cfg, agent.Config{
 			NodeName: node, AgentsNamespace: agentsNS, StateDir: stateDir, Launcher: launcher,
-			Facts: host.StaticFacts{Reported: &fleetv1alpha1.ReportedFacts{
-				Disk: &disk, NetworkGbps: ptr.To(int32(simNIC)), Chip: simChip, MacOSVersion: "15.5",
-				SIPEnabled: ptr.To(simSIP), BootArgs: simBootArgs, VirtualizationEntitlement: ptr.To(simEntitlement),
-				Quota: &fleetv1alpha1.QuotaReport{State: fleetv1alpha1.QuotaOK}, AgentVersion: "sim",
-			}},
+			BootID: plat.bootID, Rebooter: plat.rebooter, SimKernel: plat.simKernel,
+			Facts:             source,
 			HeartbeatInterval: heartbeat, FactsInterval: facts, TokenFile: tokenFile, TokenTTL: tokenTTL,
 			ImageCacheBudget: budget, PullConcurrency: pullConcurrency, RegistryAuth: auth,
 			Clock: clock.RealClock{}, Log: log, NewMachineID: instances.RandomMachineID,
 		})
+		if errors.Is(err, agent.ErrHostRebooted) {
+			return afterReboot(ctx, log, driverName, simRebootTime)
+		}
+		return err
 	}(); err != nil {
 		log.Error(err, "Agent stopped")
 		os.Exit(1)
@@ -144,4 +165,76 @@ func withTokenFile(cfg *rest.Config, file string) *rest.Config {
 	out.BearerToken = ""
 	out.BearerTokenFile = file
 	return out
+}
+
+// platform is what the driver's host gives the agent's quarantine loop.
+type platform struct {
+	bootID    agent.BootIDSource
+	rebooter  agent.Rebooter
+	simKernel sim.Kernel
+}
+
+// platformFor is the boot id, rebooter and (sim) kernel of the host the
+// driver runs on.
+func platformFor(driverName, stateDir string, log logr.Logger) (platform, error) {
+	switch driverName {
+	case "sim":
+		// The helpers share the sim kernel's state directory; the boot id
+		// lives there too, since a sim reboot is the kernel's.
+		dir := filepath.Join(stateDir, "kernel")
+		k, err := sim.NewFileKernel(dir)
+		if err != nil {
+			return platform{}, err
+		}
+		boot := host.SimBootID{Dir: dir}
+		return platform{bootID: boot, simKernel: k, rebooter: host.SimRebooter{
+			HelperDir: filepath.Join(stateDir, "run"), Kernel: k, Boot: boot, Log: log.WithName("reboot")}}, nil
+	case "vz":
+		boot, err := vzBootID()
+		if err != nil {
+			return platform{}, err
+		}
+		p := platform{bootID: boot}
+		if vzRebooter == nil {
+			log.Error(errNoRebooter, "A quarantined chassis stays quarantined until a person reboots it")
+			return p, nil
+		}
+		if p.rebooter, err = vzRebooter(log.WithName("reboot")); err != nil {
+			return platform{}, fmt.Errorf("%w: %w", errNoRebooter, err)
+		}
+		return p, nil
+	}
+	return platform{}, fmt.Errorf("unknown --driver %q: want sim or vz", driverName)
+}
+
+// errNoRebooter: the vz agent runs without a way to reboot its Mac.
+var errNoRebooter = errors.New("--driver vz: no rebooter configured")
+
+// vzRebooter builds a Mac's rebooter, host.NewLaunchdRebooter(): set by
+// rebooter_darwin.go. Nil, the agent says "no rebooter configured", and
+// the quarantine loop waits for a person to reboot the host.
+var vzRebooter func(log logr.Logger) (agent.Rebooter, error)
+
+// afterReboot is the agent's supervisor after it rebooted its host. In the
+// sim, the host comes back after simRebootTime and the agent starts again,
+// as launchd would start it on a Mac: it executes itself anew, with the
+// same arguments. On a Mac, the host is going down: the agent waits for
+// the end.
+func afterReboot(ctx context.Context, log logr.Logger, driverName string, simRebootTime time.Duration) error {
+	if driverName != "sim" {
+		log.Info("The host is rebooting; the agent waits for the end")
+		<-ctx.Done()
+		return nil
+	}
+	log.Info("The sim host rebooted; the agent starts again", "after", simRebootTime.String())
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(simRebootTime):
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("starting again after the sim reboot: %w", err)
+	}
+	return fmt.Errorf("starting again after the sim reboot: %w", syscall.Exec(self, os.Args, os.Environ()))
 }
