@@ -130,10 +130,14 @@ host agents.
     export PATH=%s:$PATH    # kubectl v1.37.2, built from the module proxy
     kubectl get mn,mnc,mimg
 
+    # the stuck kernel VM quota, on a chassis with fewer than two VMs running:
+    %s sim quota-stick <serial>
+    kubectl get mn -w                      # Quarantined, Rebooting, Leased/Ready
+
 Press Ctrl-C to stop everything.
 `, len(env.CRDs), len(fl.agents), fleetClass,
 		env.Config.Host, env.ControlPlane.Etcd.URL, w.LocalServingHost, w.LocalServingPort, metricsPort, probePort,
-		kcmPort, kcm.logPath, fl.registry.Host(), fl.golden, kubeconfigPath, filepath.Join(bin, "k8s"))
+		kcmPort, kcm.logPath, fl.registry.Host(), fl.golden, kubeconfigPath, filepath.Join(bin, "k8s"), filepath.Join(bin, "macrackctl"))
 
 	exited := make(chan *child, len(fl.agents)+2)
 	for _, c := range append(fl.agents, operator, kcm.child) {

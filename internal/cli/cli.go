@@ -149,6 +149,7 @@ func topCommands() []command {
 		{name: "policy", summary: "test, check and evaluate MacRack's policies", run: runPolicy},
 		{name: "image", summary: "push a golden image to an OCI registry, or inspect one", run: runImage},
 		{name: "node", summary: "enroll a chassis (printing its agent's bootstrap kubeconfig), or retire it", run: runNode},
+		{name: "sim", summary: "inject faults into a simulated fleet: quota-stick", run: runSim},
 		{name: "version", summary: "print the version and the embedded policies' revision", run: runVersion},
 		{name: "help", summary: "show help for a command", run: runHelp},
 	}
