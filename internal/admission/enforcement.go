@@ -17,6 +17,8 @@ var WebhookEnforcement = []enforcement.Point{
 	webhookPoint("instance.image", "internal/admission/validator_test.go", "TestEachRuleAtTheWebhookAlone/instance.image"),
 	webhookPoint("instance.wipe", "internal/admission/validator_test.go", "TestEachRuleAtTheWebhookAlone/instance.wipe"),
 	webhookPoint("agent.scope", "internal/admission/validator_test.go", "TestEachRuleAtTheWebhookAlone/agent.scope"),
+	webhookPoint("quarantine.fence", "test/envtest/leases/reject_table_test.go", "refuses a new instance with quarantine.fence while its chassis is Quarantined, and admits the same instance once the chassis is healthy"),
+	webhookPoint("quarantine.fence", "internal/admission/validator_test.go", "TestEachRuleAtTheWebhookAlone/quarantine.fence"),
 }
 
 func webhookPoint(rule, file, test string) enforcement.Point {

@@ -134,7 +134,7 @@ func review(t *testing.T, op admissionv1.Operation, kind metav1.GroupVersionKind
 // TestEachRuleAtTheWebhookAlone: the handler, with the bundle and the
 // cluster state its caches would hold, refuses each rule's violation with
 // the rule's code, and admits the same write made legal beside it.
-// Proves: tenancy.serial, node.commercial, quota.never-circumvent, instance.image, instance.wipe, agent.scope
+// Proves: tenancy.serial, node.commercial, quota.never-circumvent, instance.image, instance.wipe, agent.scope, quarantine.fence
 func TestEachRuleAtTheWebhookAlone(t *testing.T) {
 	v := validator(t)
 	s := runtime.NewScheme()
@@ -149,11 +149,17 @@ func TestEachRuleAtTheWebhookAlone(t *testing.T) {
 		&leasingv1alpha1.MacNodeLease{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "t"},
 			Spec:   leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: "m4", MinimumDuration: "24h"},
 			Status: leasingv1alpha1.MacNodeLeaseStatus{Phase: leasingv1alpha1.LeaseBound, NodeName: "c02a"}},
+		// The lease "fenced" holds chassis C02Q, whose kernel VM quota stuck.
+		&leasingv1alpha1.MacNodeLease{ObjectMeta: metav1.ObjectMeta{Name: "fenced", Namespace: "t"},
+			Spec:   leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: "m4", MinimumDuration: "24h"},
+			Status: leasingv1alpha1.MacNodeLeaseStatus{Phase: leasingv1alpha1.LeaseBound, NodeName: "c02q", Serial: "C02Q"}},
+		quarantinedChassis("c02q", fleetv1alpha1.MacNodeQuarantined),
 	)
 	for _, ix := range index.Definitions() {
 		state = state.WithIndex(ix.Object, ix.Name, ix.Value)
 	}
-	v.Inventory = inventory.Builder{Reader: state.Build()}
+	cluster := state.Build()
+	v.Inventory = inventory.Builder{Reader: cluster}
 
 	macNode := metav1.GroupVersionKind{Group: "fleet.macrack.io", Version: "v1alpha1", Kind: "MacNode"}
 	class := metav1.GroupVersionKind{Group: "fleet.macrack.io", Version: "v1alpha1", Kind: "MacNodeClass"}
@@ -180,6 +186,11 @@ func TestEachRuleAtTheWebhookAlone(t *testing.T) {
 			"spec":   map[string]any{"leaseName": "build", "imageName": "sequoia", "cpu": int64(4), "memory": "8Gi", "disk": disk},
 			"status": map[string]any{"nodeName": "c02a"}}
 	}
+	inLease := func(lease string) map[string]any {
+		return map[string]any{"apiVersion": "compute.macrack.io/v1alpha1", "kind": "MacOSInstance",
+			"metadata": map[string]any{"name": "ci-2", "namespace": "t"},
+			"spec":     map[string]any{"leaseName": lease, "imageName": "sequoia", "cpu": int64(4), "memory": "8Gi", "disk": "200Gi"}}
+	}
 	agentA := "system:serviceaccount:macrack-agents:agent-c02a"
 	reported := map[string]any{"reported": map[string]any{"chip": "M4"}}
 
@@ -187,31 +198,40 @@ func TestEachRuleAtTheWebhookAlone(t *testing.T) {
 		rule            string
 		denied, allowed admission.Request
 		code            int32
+		// legalize, if set, changes the cluster state between the two
+		// requests: the positive control is then the same request.
+		legalize func(t *testing.T)
 	}{
 		{"tenancy.serial",
 			review(t, admissionv1.Update, macNode, "status", "operator", node("c02a", binding("b")), node("c02a", binding("a"))),
 			review(t, admissionv1.Update, macNode, "status", "operator", node("c02a", nil), node("c02a", binding("a"))),
-			http.StatusUnprocessableEntity},
+			http.StatusUnprocessableEntity, nil},
 		{"node.commercial",
 			review(t, admissionv1.Create, class, "", "admin", classOf("500G", 2), nil),
 			review(t, admissionv1.Create, class, "", "admin", classOf("1T", 2), nil),
-			http.StatusUnprocessableEntity},
+			http.StatusUnprocessableEntity, nil},
 		{"quota.never-circumvent",
 			review(t, admissionv1.Create, class, "", "admin", classOf("1T", 3), nil),
 			review(t, admissionv1.Create, class, "", "admin", classOf("1T", 2), nil),
-			http.StatusUnprocessableEntity},
+			http.StatusUnprocessableEntity, nil},
 		{"instance.image",
 			review(t, admissionv1.Create, instance, "", "alice", inst("100Gi"), nil),
 			review(t, admissionv1.Create, instance, "", "alice", inst("200Gi"), nil),
-			http.StatusUnprocessableEntity},
+			http.StatusUnprocessableEntity, nil},
 		{"instance.wipe",
 			review(t, admissionv1.Update, instance, "", "alice", inst("200Gi"), inst("200Gi", fleetv1alpha1.DiskWipeFinalizer)),
 			review(t, admissionv1.Update, instance, "", "operator", inst("200Gi"), inst("200Gi", fleetv1alpha1.DiskWipeFinalizer)),
-			http.StatusUnprocessableEntity},
+			http.StatusUnprocessableEntity, nil},
 		{"agent.scope",
 			review(t, admissionv1.Update, macNode, "status", agentA, node("c02b", reported), node("c02b", nil)),
 			review(t, admissionv1.Update, macNode, "status", agentA, node("c02a", reported), node("c02a", nil)),
-			http.StatusForbidden},
+			http.StatusForbidden, nil},
+		// The same instance, refused while its lease's chassis is
+		// Quarantined and admitted once the chassis is healthy again.
+		{"quarantine.fence",
+			review(t, admissionv1.Create, instance, "", "alice", inLease("fenced"), nil),
+			review(t, admissionv1.Create, instance, "", "alice", inLease("fenced"), nil),
+			http.StatusUnprocessableEntity, func(t *testing.T) { recoverChassis(t, cluster, "c02q") }},
 	}
 	for _, c := range cases {
 		t.Run(c.rule, func(t *testing.T) {
@@ -223,6 +243,9 @@ func TestEachRuleAtTheWebhookAlone(t *testing.T) {
 				if strings.Contains(resp.Result.Message, other) {
 					t.Fatalf("refused with %s, not the rule alone: %q", other, resp.Result.Message)
 				}
+			}
+			if c.legalize != nil {
+				c.legalize(t)
 			}
 			if resp := v.Handle(context.Background(), c.allowed); !resp.Allowed {
 				t.Fatalf("positive control refused: %d %q", resp.Result.Code, resp.Result.Message)
@@ -271,5 +294,78 @@ func TestADenialOnAStaleCacheIsDecidedAgainLive(t *testing.T) {
 	resp := v.Handle(context.Background(), req)
 	if resp.Allowed || !strings.Contains(resp.Result.Message, "instance.tenant: lease t/build is Pending, not Bound") {
 		t.Fatalf("a lease Pending on both: got allowed=%v %v", resp.Allowed, resp.Result)
+	}
+}
+
+// quarantinedChassis is a leased chassis of class m4 in phase, with an
+// active quarantine.
+func quarantinedChassis(name string, phase fleetv1alpha1.MacNodePhase) *fleetv1alpha1.MacNode {
+	at := metav1.NewTime(time.Date(2026, 6, 1, 11, 50, 0, 0, time.UTC))
+	return &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: fleetv1alpha1.MacNodeSpec{Serial: strings.ToUpper(name), NodeClassName: "m4"},
+		Status: fleetv1alpha1.MacNodeStatus{Phase: phase,
+			Quarantine: &fleetv1alpha1.QuarantineStatus{BootID: "boot-1", Evidence: "VZErrorDomain code 6 with 1 VM running", QuarantinedAt: at}}}
+}
+
+// recoverChassis returns a quarantined chassis to its lease, as the
+// quarantine loop does once the probe in the new boot passed.
+func recoverChassis(t *testing.T, c client.Client, name string) {
+	t.Helper()
+	mn := &fleetv1alpha1.MacNode{}
+	if err := c.Get(context.Background(), client.ObjectKey{Name: name}, mn); err != nil {
+		t.Fatal(err)
+	}
+	recovered := metav1.NewTime(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
+	mn.Status.Phase = fleetv1alpha1.MacNodeLeased
+	mn.Status.Quarantine.RecoveredAt = &recovered
+	if err := c.Update(context.Background(), mn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAFenceOnAStaleCacheIsDecidedAgainLive: the cache still shows the
+// chassis Quarantined while the API server has it recovered. The webhook
+// reads the lease's MacNode again live and admits; with both readers
+// showing it Quarantined, it denies with quarantine.fence, naming the
+// serial and the phase.
+func TestAFenceOnAStaleCacheIsDecidedAgainLive(t *testing.T) {
+	s := runtime.NewScheme()
+	_ = fleetv1alpha1.AddToScheme(s)
+	_ = leasingv1alpha1.AddToScheme(s)
+	_ = computev1alpha1.AddToScheme(s)
+	reader := func(chassis *fleetv1alpha1.MacNode) client.Client {
+		b := fake.NewClientBuilder().WithScheme(s).WithObjects(
+			&fleetv1alpha1.MacOSImage{ObjectMeta: metav1.ObjectMeta{Name: "sequoia"},
+				Status: fleetv1alpha1.MacOSImageStatus{Resolved: &fleetv1alpha1.ResolvedImage{MinimumDisk: resource.MustParse("120Gi")}}},
+			&fleetv1alpha1.MacNodeClass{ObjectMeta: metav1.ObjectMeta{Name: "m4"}, Spec: fleetv1alpha1.MacNodeClassSpec{
+				Chip: "M4", Memory: resource.MustParse("16Gi"), Disk: resource.MustParse("1T"), NetworkGbps: 10, VMCapacity: 2}},
+			&leasingv1alpha1.MacNodeLease{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "t"},
+				Spec:   leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: "m4", MinimumDuration: "24h"},
+				Status: leasingv1alpha1.MacNodeLeaseStatus{Phase: leasingv1alpha1.LeaseBound, NodeName: chassis.Name, Serial: chassis.Spec.Serial}},
+			chassis)
+		for _, ix := range index.Definitions() {
+			b = b.WithIndex(ix.Object, ix.Name, ix.Value)
+		}
+		return b.Build()
+	}
+	instance := metav1.GroupVersionKind{Group: "compute.macrack.io", Version: "v1alpha1", Kind: "MacOSInstance"}
+	req := request(t, instance, "bob", map[string]any{"apiVersion": "compute.macrack.io/v1alpha1", "kind": "MacOSInstance",
+		"metadata": map[string]any{"name": "ci-1", "namespace": "t"},
+		"spec":     map[string]any{"leaseName": "build", "imageName": "sequoia", "cpu": int64(4), "memory": "8Gi", "disk": "200Gi"}})
+
+	v := validator(t)
+	v.Inventory = inventory.Builder{Reader: reader(quarantinedChassis("c02q", fleetv1alpha1.MacNodeQuarantined))}
+	live := reader(quarantinedChassis("c02q", fleetv1alpha1.MacNodeQuarantined))
+	recoverChassis(t, live, "c02q")
+	v.Live = live
+	if resp := v.Handle(context.Background(), req); !resp.Allowed {
+		t.Fatalf("a chassis recovered on the API server, Quarantined in the cache: denied with %q", resp.Result.Message)
+	}
+	v.Live = reader(quarantinedChassis("c02q", fleetv1alpha1.MacNodeRebooting))
+	resp := v.Handle(context.Background(), req)
+	want := "quarantine.fence: chassis C02Q is Rebooting: its kernel VM quota stuck and MacRack is rebooting it; " +
+		"new instances are refused until it recovers; the instances you have restart after the reboot"
+	if resp.Allowed || resp.Result.Code != http.StatusUnprocessableEntity || resp.Result.Message != want {
+		t.Fatalf("a chassis Rebooting on the API server: got allowed=%v %v, want %q", resp.Allowed, resp.Result, want)
 	}
 }

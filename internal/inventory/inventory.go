@@ -49,8 +49,9 @@ func (b Builder) For(ctx context.Context, kind schema.GroupKind, obj, old map[st
 	case leasingv1alpha1.GroupVersion.WithKind("MacNodeLease").GroupKind():
 		err = b.forLease(ctx, inv, str(obj, "status", "serial"))
 	case computev1alpha1.GroupVersion.WithKind("MacOSInstance").GroupKind():
-		err = b.forInstance(ctx, inv, str(src, "metadata", "namespace"), str(src, "spec", "leaseName"), str(obj, "status", "nodeName"))
-		if err == nil && old == nil {
+		creating := old == nil
+		err = b.forInstance(ctx, inv, str(src, "metadata", "namespace"), str(src, "spec", "leaseName"), str(obj, "status", "nodeName"), creating)
+		if err == nil && creating {
 			err = b.addImage(ctx, inv, str(obj, "spec", "imageName"))
 		}
 	case fleetv1alpha1.GroupVersion.WithKind("MacNode").GroupKind():
@@ -83,7 +84,10 @@ func (b Builder) forLease(ctx context.Context, inv map[string]any, serial string
 	return nil
 }
 
-func (b Builder) forInstance(ctx context.Context, inv map[string]any, namespace, leaseName, nodeName string) error {
+// forInstance reads an instance's lease, its class and its instances, the
+// instances of the node it is placed on and, for a new instance, the
+// MacNode its lease holds (quarantine.fence).
+func (b Builder) forInstance(ctx context.Context, inv map[string]any, namespace, leaseName, nodeName string, creating bool) error {
 	if leaseName != "" {
 		lease := &leasingv1alpha1.MacNodeLease{}
 		if err := b.get(ctx, client.ObjectKey{Namespace: namespace, Name: leaseName}, lease, inv, "lease"); err != nil {
@@ -92,6 +96,11 @@ func (b Builder) forInstance(ctx context.Context, inv map[string]any, namespace,
 		if inv["lease"] != nil {
 			if err := b.addClass(ctx, inv, lease.Spec.NodeClassName); err != nil {
 				return err
+			}
+			if creating && lease.Status.NodeName != "" {
+				if err := b.get(ctx, client.ObjectKey{Name: lease.Status.NodeName}, &fleetv1alpha1.MacNode{}, inv, "macNode"); err != nil {
+					return err
+				}
 			}
 		}
 		if err := b.listInstances(ctx, inv, "leaseInstances", client.InNamespace(namespace),

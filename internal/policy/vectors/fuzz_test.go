@@ -174,6 +174,23 @@ var mutators = []mutator{
 	{"inventory lease deletion", func(d map[string]any, _ string, n int64) {
 		set(d, timestamp(n), "inventory", "lease", "metadata", "deletionTimestamp")
 	}},
+	{"macnode quarantine", func(d map[string]any, s string, n int64) { set(d, quarantine(s, n), "object", "status", "quarantine") }},
+	{"old macnode quarantine", func(d map[string]any, s string, n int64) {
+		set(d, quarantine(s, n), "oldObject", "status", "quarantine")
+	}},
+}
+
+// quarantine renders a MacNode's status.quarantine from s and n: active,
+// recovered or needing attention.
+func quarantine(s string, n int64) map[string]any {
+	q := map[string]any{"bootID": "boot-" + fmt.Sprint(abs(n)%3), "evidence": s, "quarantinedAt": timestamp(n)}
+	switch abs(n) % 3 {
+	case 1:
+		q["recoveredAt"] = timestamp(n + 600)
+	case 2:
+		q["needsAttention"] = true
+	}
+	return q
 }
 
 // FuzzEnginesAgree mutates schema-valid vector inputs and asserts that,

@@ -173,7 +173,7 @@ func vmsStopped(rep *fleetv1alpha1.ReportedFacts, q *fleetv1alpha1.QuarantineSta
 
 // notRecovered says what a rebooted chassis still lacks to serve again,
 // or "" when nothing: a probe VM that passed in the new boot, a healthy
-// quota, a heartbeat, and facts that still meet the class (a host that
+// quota, a heartbeat not missed, and facts that still meet the class (a host that
 // came back with SIP off does not serve).
 func notRecovered(s *scope, rep *fleetv1alpha1.ReportedFacts, q *fleetv1alpha1.QuarantineStatus) string {
 	switch {
@@ -183,7 +183,7 @@ func notRecovered(s *scope, rep *fleetv1alpha1.ReportedFacts, q *fleetv1alpha1.Q
 		return "a probe VM that passes; the last failed: " + rep.Quota.Probe.Message
 	case rep.Quota.State != fleetv1alpha1.QuotaOK || rep.Quota.BootID != rep.BootID:
 		return fmt.Sprintf("a healthy quota report in boot %s", rep.BootID)
-	case s.agent != metav1.ConditionTrue:
+	case s.agent == metav1.ConditionFalse:
 		return "the host agent's heartbeat: " + s.agentMessage
 	case len(s.problems) > 0:
 		return fmt.Sprintf("facts that meet the class again: %v", s.problems)

@@ -3,8 +3,11 @@
 // exist, claims a slot in MacNode.status.slots for each waiting instance of
 // the bound lease (optimistic concurrency; at most the class's capacity,
 // never more than two), asks the policies before each placement, then sets
-// the instance's status.nodeName. It also keeps one placeholder Pod per
-// running instance, so that the Node shows its macOS VMs as allocated.
+// the instance's status.nodeName. A chassis under quarantine (Quarantined,
+// Rebooting, or with an active status.quarantine) takes no new claim: its
+// waiting instances stay unplaced and say why, and its slots stay. It also
+// keeps one placeholder Pod per running instance, so that the Node shows
+// its macOS VMs as allocated.
 package placement
 
 import (
@@ -58,6 +61,11 @@ const (
 // conflictRetry is how soon a slot claim that lost an optimistic concurrency
 // race is retried, from a fresher read.
 const conflictRetry = 100 * time.Millisecond
+
+// ReasonChassisQuarantined is the Placed=False reason of an instance that
+// waits because its chassis is under quarantine (the compute API has no
+// reason of its own for it yet; the lease's ChassisAvailable uses the same).
+const ReasonChassisQuarantined = leasingv1alpha1.ReasonChassisQuarantined
 
 // Reconciler places instances on one MacNode at a time.
 type Reconciler struct {
@@ -114,7 +122,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("listing instances on %s: %w", mn.Name, err)
 	}
 	var waiting []computev1alpha1.MacOSInstance
-	if b := mn.Status.Binding; b != nil && (mn.Status.Phase == fleetv1alpha1.MacNodeLeased) {
+	fence := quarantineFence(mn)
+	if b := mn.Status.Binding; b != nil && (mn.Status.Phase == fleetv1alpha1.MacNodeLeased || fence != "") {
 		ofLease := &computev1alpha1.MacOSInstanceList{}
 		if err := r.Client.List(ctx, ofLease, client.InNamespace(b.LeaseNamespace),
 			client.MatchingFields{index.InstanceByLease: index.LeaseKey(b.LeaseNamespace, b.LeaseName)}); err != nil {
@@ -126,7 +135,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			}
 		}
 	}
-	if err := r.reconcileSlots(ctx, mn, placed.Items, waiting); err != nil {
+	if err := r.reconcileSlots(ctx, mn, placed.Items, waiting, fence); err != nil {
 		if apierrors.IsConflict(err) {
 			return ctrl.Result{RequeueAfter: conflictRetry}, nil
 		}
@@ -137,7 +146,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 // reconcileSlots writes the MacNode's slots once: live slots kept, dead
 // ones dropped, new claims added; then it places the claimed instances.
-func (r *Reconciler) reconcileSlots(ctx context.Context, mn *fleetv1alpha1.MacNode, placed, waiting []computev1alpha1.MacOSInstance) error {
+// With a fence (the chassis is under quarantine), it claims nothing: each
+// waiting instance without a slot is told why it waits.
+func (r *Reconciler) reconcileSlots(ctx context.Context, mn *fleetv1alpha1.MacNode, placed, waiting []computev1alpha1.MacOSInstance, fence string) error {
 	log := ctrl.LoggerFrom(ctx)
 	exists := map[types.UID]bool{}
 	for _, i := range placed {
@@ -170,6 +181,10 @@ func (r *Reconciler) reconcileSlots(ctx context.Context, mn *fleetv1alpha1.MacNo
 	for _, inst := range waiting {
 		if hasSlot[inst.UID] {
 			claims = append(claims, inst) // claimed on an earlier pass; the placement was not written yet
+			continue
+		}
+		if fence != "" {
+			refused = append(refused, refusal{inst, ReasonChassisQuarantined, fence})
 			continue
 		}
 		if !classKnown {
@@ -227,6 +242,35 @@ func (r *Reconciler) reconcileSlots(ctx context.Context, mn *fleetv1alpha1.MacNo
 type refusal struct {
 	inst            computev1alpha1.MacOSInstance
 	reason, message string
+}
+
+// quarantineFence says why a chassis takes no new instance, as
+// quarantine.fence says it at admission, or is "" for a chassis that is not
+// under quarantine: Quarantined, Rebooting, or with a quarantine that has
+// not recovered.
+func quarantineFence(mn *fleetv1alpha1.MacNode) string {
+	q := mn.Status.Quarantine
+	state := string(mn.Status.Phase)
+	switch {
+	case mn.Status.Phase == fleetv1alpha1.MacNodeQuarantined, mn.Status.Phase == fleetv1alpha1.MacNodeRebooting:
+	case q.Active():
+		state = fmt.Sprintf("under quarantine (phase %s)", orPending(mn.Status.Phase))
+	default:
+		return ""
+	}
+	cause := "its kernel VM quota stuck and MacRack is rebooting it"
+	if q != nil && q.NeedsAttention {
+		cause = fmt.Sprintf("its kernel VM quota stuck more than %d times in 24 hours and it waits for a person to repair it", fleetv1alpha1.MaxQuarantinesPerDay)
+	}
+	return fmt.Sprintf("quarantine.fence: chassis %s is %s: %s; no slot is claimed on it until it recovers, and this instance waits unplaced until then",
+		mn.Spec.Serial, state, cause)
+}
+
+func orPending(p fleetv1alpha1.MacNodePhase) fleetv1alpha1.MacNodePhase {
+	if p == "" {
+		return fleetv1alpha1.MacNodePending
+	}
+	return p
 }
 
 // mayPlace asks instance.cap and instance.tenant about the placement.

@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -214,5 +215,114 @@ func TestAMissingClassSaysSoNotCapacity(t *testing.T) {
 	first := get(t, c, "first")
 	if first.Status.NodeName != "" || len(first.Status.Conditions) != 1 || first.Status.Conditions[0].Reason != computev1alpha1.ReasonClassNotFound {
 		t.Fatalf("want Placed=False ClassNotFound, got %+v on %q", first.Status.Conditions, first.Status.NodeName)
+	}
+}
+
+// quarantine moves the chassis into a quarantine step, as the quarantine
+// loop would, keeping its binding and slots.
+func quarantine(t *testing.T, c client.Client, phase fleetv1alpha1.MacNodePhase, q *fleetv1alpha1.QuarantineStatus, slots ...fleetv1alpha1.Slot) {
+	t.Helper()
+	mn := &fleetv1alpha1.MacNode{}
+	if err := c.Get(context.Background(), types.NamespacedName{Name: "c02a"}, mn); err != nil {
+		t.Fatal(err)
+	}
+	mn.Status.Phase = phase
+	mn.Status.Quarantine = q
+	if slots != nil {
+		mn.Status.Slots = slots
+	}
+	if err := c.Status().Update(context.Background(), mn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func slotsOf(t *testing.T, c client.Client) []fleetv1alpha1.Slot {
+	t.Helper()
+	mn := &fleetv1alpha1.MacNode{}
+	if err := c.Get(context.Background(), types.NamespacedName{Name: "c02a"}, mn); err != nil {
+		t.Fatal(err)
+	}
+	return mn.Status.Slots
+}
+
+// A chassis under quarantine, in each of its forms, with one instance
+// placed before the quarantine and one created before it but not yet
+// placed: placement, with no admission, claims no slot for the waiting one,
+// which stays unplaced and says why, naming the rule, the serial and the
+// phase; the placed instance keeps its slot. Positive control: once the
+// chassis recovers, the same instance is placed.
+// Proves: quarantine.fence
+func TestAChassisUnderQuarantineClaimsNoSlot(t *testing.T) {
+	stuck := func() *fleetv1alpha1.QuarantineStatus {
+		return &fleetv1alpha1.QuarantineStatus{BootID: "boot-1", Evidence: "VZErrorDomain code 6 with 1 VM running", QuarantinedAt: metav1.NewTime(t0)}
+	}
+	attention := stuck()
+	attention.NeedsAttention = true
+	for _, c := range []struct {
+		name  string
+		phase fleetv1alpha1.MacNodePhase
+		q     *fleetv1alpha1.QuarantineStatus
+		says  string
+	}{
+		{"Quarantined", fleetv1alpha1.MacNodeQuarantined, stuck(),
+			"quarantine.fence: chassis C02A is Quarantined: its kernel VM quota stuck and MacRack is rebooting it; no slot is claimed on it until it recovers, and this instance waits unplaced until then"},
+		{"Rebooting", fleetv1alpha1.MacNodeRebooting, stuck(), "quarantine.fence: chassis C02A is Rebooting: "},
+		{"Leased with an active quarantine", fleetv1alpha1.MacNodeLeased, stuck(), "quarantine.fence: chassis C02A is under quarantine (phase Leased): "},
+		{"Quarantined and waiting for a person", fleetv1alpha1.MacNodeQuarantined, attention,
+			"quarantine.fence: chassis C02A is Quarantined: its kernel VM quota stuck more than 3 times in 24 hours and it waits for a person to repair it; "},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			placed := instance("a", time.Second)
+			placed.Status.NodeName = "c02a"
+			r, cl := setup(t, 2, placed, instance("b", 2*time.Second))
+			slotA := fleetv1alpha1.Slot{Namespace: "t", Name: "a", UID: "uid-a"}
+			quarantine(t, cl, c.phase, c.q, slotA)
+
+			reconcileNode(t, r)
+			reconcileNode(t, r) // a second pass changes nothing either
+			if got := slotsOf(t, cl); len(got) != 1 || got[0] != slotA {
+				t.Fatalf("want only a's slot, kept; got %+v", got)
+			}
+			b := get(t, cl, "b")
+			if b.Status.NodeName != "" {
+				t.Fatalf("b was placed on %q under quarantine", b.Status.NodeName)
+			}
+			if len(b.Status.Conditions) != 1 || b.Status.Conditions[0].Type != computev1alpha1.ConditionPlaced ||
+				b.Status.Conditions[0].Status != metav1.ConditionFalse || b.Status.Conditions[0].Reason != ReasonChassisQuarantined ||
+				!strings.HasPrefix(b.Status.Conditions[0].Message, c.says) {
+				t.Fatalf("want Placed=False %s saying %q, got %+v", ReasonChassisQuarantined, c.says, b.Status.Conditions)
+			}
+			if get(t, cl, "a").Status.NodeName != "c02a" {
+				t.Fatal("the instance placed before the quarantine lost its placement")
+			}
+
+			// Positive control: the probe passed, the chassis is Leased again.
+			recovered := c.q.DeepCopy()
+			recovered.RecoveredAt = &metav1.Time{Time: t0.Add(10 * time.Minute)}
+			recovered.NeedsAttention = false
+			quarantine(t, cl, fleetv1alpha1.MacNodeLeased, recovered)
+			reconcileNode(t, r)
+			b = get(t, cl, "b")
+			if b.Status.NodeName != "c02a" || b.Status.Conditions[0].Reason != computev1alpha1.ReasonPlaced {
+				t.Fatalf("not placed once the chassis recovered: %q %+v", b.Status.NodeName, b.Status.Conditions)
+			}
+			if got := slotsOf(t, cl); len(got) != 2 {
+				t.Fatalf("want a's and b's slots, got %+v", got)
+			}
+		})
+	}
+}
+
+// An instance that claimed its slot just before the quarantine, its
+// placement not yet written, keeps the slot: the fence claims nothing new
+// and takes nothing away.
+func TestAQuarantineTakesNoSlotAway(t *testing.T) {
+	r, c := setup(t, 2, instance("a", time.Second))
+	slotA := fleetv1alpha1.Slot{Namespace: "t", Name: "a", UID: "uid-a"}
+	quarantine(t, c, fleetv1alpha1.MacNodeRebooting,
+		&fleetv1alpha1.QuarantineStatus{BootID: "boot-1", Evidence: "VZErrorDomain code 6", QuarantinedAt: metav1.NewTime(t0)}, slotA)
+	reconcileNode(t, r)
+	if got := slotsOf(t, c); len(got) != 1 || got[0] != slotA {
+		t.Fatalf("the quarantine took a claimed slot away: %+v", got)
 	}
 }

@@ -153,6 +153,64 @@ var _ = Describe("(b) Tenant B", func() {
 	})
 })
 
+var _ = Describe("(h) A chassis whose kernel VM quota stuck", func() {
+	It("refuses a new instance with quarantine.fence while its chassis is Quarantined, and admits the same instance once the chassis is healthy", Label("proves:quarantine.fence"), func() {
+		tenant, err := env.NewTenant(ctx, "quinn")
+		Expect(err).NotTo(HaveOccurred())
+		class, nodes := newClass(1)
+		Expect(tenant.Client.Create(ctx, newLease(tenant.Namespace, "l", class, "24h"))).To(Succeed())
+		Eventually(leasePhase(tenant.Namespace, "l")).Should(Equal(leasingv1alpha1.LeaseBound))
+		Eventually(func() fleetv1alpha1.MacNodePhase { return macNode(nodes[0]).Status.Phase }).Should(Equal(fleetv1alpha1.MacNodeLeased))
+		// The webhook reads the lease from the operator's cache, which may
+		// show it Bound a moment after this test's own read does.
+		Eventually(func() error { return tenant.Client.Create(ctx, newInstance(tenant.Namespace, "ci-1", "l")) }).Should(Succeed(), "positive control: a healthy (Leased) chassis admits")
+
+		// The quarantine loop, played by the administrator, fences the
+		// chassis: its quota stuck while ci-1 runs, which the agent has yet
+		// to stop (so the loop asks for no reboot).
+		ci1 := &computev1alpha1.MacOSInstance{}
+		Expect(admin.Get(ctx, types.NamespacedName{Namespace: tenant.Namespace, Name: "ci-1"}, ci1)).To(Succeed())
+		setQuarantine(nodes[0], fleetv1alpha1.MacNodeQuarantined, nil, ci1.UID)
+		Eventually(func() error { // a dry run, as above: the webhook's cache may lag
+			return tenant.Client.Create(ctx, newInstance(tenant.Namespace, "ci-2", "l"), client.DryRunAll)
+		}).Should(MatchError(ContainSubstring("quarantine.fence:")))
+		err = tenant.Client.Create(ctx, newInstance(tenant.Namespace, "ci-2", "l"))
+		harness.ExpectWebhookDenial(err, instanceWebhook, "quarantine.fence")
+		Expect(err.Error()).To(ContainSubstring("quarantine.fence: chassis " + macNode(nodes[0]).Spec.Serial + " is Quarantined: " +
+			"its kernel VM quota stuck and MacRack is rebooting it; new instances are refused until it recovers; the instances you have restart after the reboot"))
+
+		// The probe in the new boot passed: the chassis serves its lease again.
+		recovered := metav1.Now()
+		setQuarantine(nodes[0], fleetv1alpha1.MacNodeLeased, &recovered, "")
+		Eventually(func() error {
+			return tenant.Client.Create(ctx, newInstance(tenant.Namespace, "ci-2", "l"))
+		}).Should(Succeed(), "positive control: the same instance, once the chassis is healthy")
+	})
+})
+
+// setQuarantine writes the chassis' phase and its quarantine, as the
+// quarantine loop would: fenced while recoveredAt is nil, recovered once it
+// is set. With running, the agent's report, played too, shows that
+// instance's VM still running. A merge patch of those fields alone, retried
+// on a conflict with the node controller.
+func setQuarantine(name string, phase fleetv1alpha1.MacNodePhase, recoveredAt *metav1.Time, running types.UID) {
+	GinkgoHelper()
+	Eventually(func() error {
+		mn := macNode(name)
+		before := mn.DeepCopy()
+		mn.Status.Phase = phase
+		if mn.Status.Quarantine == nil {
+			mn.Status.Quarantine = &fleetv1alpha1.QuarantineStatus{BootID: "boot-1", Evidence: "VZErrorDomain code 6 with 1 VM running", QuarantinedAt: metav1.Now()}
+		}
+		mn.Status.Quarantine.RecoveredAt = recoveredAt
+		if running != "" {
+			mn.Status.Reported.Inventory = &fleetv1alpha1.HostInventory{
+				VMs: []fleetv1alpha1.HostVM{{UID: running, State: "Running"}}, ObservedAt: metav1.Now()}
+		}
+		return admin.Status().Patch(ctx, mn, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	}).Should(Succeed())
+}
+
 var _ = Describe("(c) A delete at +3h", func() {
 	It("gives Held: the chassis keeps the tenant, takes no one else, and the tenant cannot pull the finalizer", Label("proves:lease.release"), func() {
 		tenant, err := env.NewTenant(ctx, "carl")
