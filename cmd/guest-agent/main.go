@@ -1,6 +1,7 @@
 // Command guest-agent runs inside each macOS VM as a launchd daemon and
 // answers the host agent's reports over vsock: boot stage, Xcode versions,
-// disk headroom and readiness for work.
+// disk headroom and readiness for work. Asked to, it shuts macOS down: the
+// gentlest way the host stops a VM.
 package main
 
 import (
@@ -83,6 +84,7 @@ func run(ctx context.Context, log logr.Logger, opts options) error {
 		AgentVersion: version,
 		IdleTimeout:  opts.idleTimeout,
 		Clock:        clk,
+		Shutdown:     shutdownGuest,
 	})
 	if err := server.Serve(ctx, l); err != nil {
 		return fmt.Errorf("serving: %w", err)

@@ -12,7 +12,9 @@ package agent
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -29,12 +31,21 @@ import (
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/agent/driver/sim"
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
 	"github.com/boualleiguie/macrack-operator/internal/agent/host"
 	"github.com/boualleiguie/macrack-operator/internal/agent/instances"
 	"github.com/boualleiguie/macrack-operator/internal/guest"
 	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
 )
+
+// Rebooter reboots the host: the only repair of a stuck kernel VM quota.
+// The sim's is host.SimRebooter; a Mac's, host.NewLaunchdRebooter().
+type Rebooter = host.Rebooter
+
+// BootIDSource says which boot of the host this is: the sim's is
+// host.SimBootID, a Mac's host.SysctlBootID (kern.bootsessionuuid).
+type BootIDSource = host.BootIDSource
 
 // Config is one host agent's settings.
 type Config struct {
@@ -76,10 +87,56 @@ type Config struct {
 	NewMachineID func() ([]byte, error)
 	// Poll is how often running instances are looked at again; 10s if zero.
 	Poll time.Duration
+	// BootID says which boot of the host this is: reported as
+	// status.reported.bootID, and stamped on every quota report. Nil
+	// reports none.
+	BootID host.BootIDSource
+	// Rebooter reboots the host when the quarantine loop asks. After it
+	// has, Run returns ErrHostRebooted. Nil: the chassis stays quarantined
+	// until a person reboots it.
+	Rebooter Rebooter
+	// SimKernel is the sim host's kernel, set only with the sim driver: it
+	// honours the sim quota-stick fault, and boots the quota probe from an
+	// empty disk when no golden is cached.
+	SimKernel sim.Kernel
+	// StopGrace bounds a graceful stop before the VM is forced off; 30s if
+	// zero.
+	StopGrace time.Duration
 }
 
-// Run registers the chassis and runs the agent until ctx ends.
-func Run(ctx context.Context, cfg *rest.Config, c Config) error {
+// Run registers the chassis and runs the agent until ctx ends, or until
+// it rebooted its host to clear a stuck quota: it returns ErrHostRebooted
+// then, and its supervisor starts it again once the host is back (the
+// sim's supervisor after a simulated reboot time).
+func Run(parent context.Context, cfg *rest.Config, c Config) error {
+	// The agent's goroutines all end with ctx; the host's reboot ends it.
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	rebooted := func() {
+		// A host's shutdown gives its processes a moment: the agent's last
+		// writes (the reboot's Event, sent in the background) go out.
+		go func() {
+			select {
+			case <-ctx.Done():
+			case <-c.Clock.After(rebootFlush):
+			}
+			cancel(ErrHostRebooted)
+		}()
+	}
+	err := run(ctx, cfg, c, &wg, rebooted)
+	cancel(nil)
+	if errors.Is(context.Cause(ctx), ErrHostRebooted) {
+		return ErrHostRebooted
+	}
+	return err
+}
+
+// rebootFlush is how long the agent goes on after it rebooted its host.
+const rebootFlush = time.Second
+
+func run(ctx context.Context, cfg *rest.Config, c Config, wg *sync.WaitGroup, rebooted func()) error {
 	scheme, err := macrackscheme.New()
 	if err != nil {
 		return err
@@ -97,7 +154,7 @@ func Run(ctx context.Context, cfg *rest.Config, c Config) error {
 		if err := renewer.Renew(ctx); err != nil {
 			return err
 		}
-		go func() { _ = renewer.Run(ctx) }()
+		wg.Go(func() { _ = renewer.Run(ctx) })
 	}
 	if _, err := host.Register(ctx, direct, c.NodeName); err != nil {
 		return err
@@ -128,29 +185,38 @@ func Run(ctx context.Context, cfg *rest.Config, c Config) error {
 	}
 	inst := &instances.Instances{
 		Client: mgr.GetClient(), NodeName: c.NodeName, Launcher: c.Launcher, Disks: instances.Disks{Root: c.StateDir},
-		Clock: c.Clock, StopGrace: 30 * time.Second, GuestPort: guest.DefaultPort, Poll: cmp.Or(c.Poll, 10*time.Second),
+		Clock: c.Clock, StopGrace: cmp.Or(c.StopGrace, 30*time.Second), GuestPort: guest.DefaultPort, Poll: cmp.Or(c.Poll, 10*time.Second),
 		NewMachineID: c.NewMachineID, APIReader: mgr.GetAPIReader(), Recorder: recorder,
 		Images: store, Log: c.Log.WithName("instances"),
+		BootID: c.BootID, Rebooter: c.Rebooter, Rebooted: rebooted, SimKernel: c.SimKernel,
+	}
+	// Before the first facts report: a Stuck of this boot must stand.
+	if err := inst.LoadQuota(ctx); err != nil {
+		c.Log.Error(err, "Taking up the last quota report failed; the facts source's word stands until the loop reports")
 	}
 	flush := make(chan chan<- error)
 	inst.ReportWipes = flushReport(flush)
 	if err := inst.SetupWithManager(mgr); err != nil {
 		return err
 	}
+	if err := inst.SetupQuarantineWithManager(mgr); err != nil {
+		return err
+	}
 	if err := mgr.Add(manager.RunnableFunc(inst.RunReaper)); err != nil {
 		return err
 	}
 	hb := &host.Heartbeat{Client: direct, NodeName: c.NodeName, Interval: c.HeartbeatInterval, Clock: c.Clock, Log: c.Log.WithName("heartbeat")}
-	go func() { _ = hb.Run(ctx) }()
-	go c.reportFacts(ctx, direct, inst.LastQuota)
-	go c.reportImages(ctx, direct, store, inst.RecentWipes, flush)
-	go c.prePull(ctx, direct, store, budget)
+	wg.Go(func() { _ = hb.Run(ctx) })
+	wg.Go(func() { c.reportFacts(ctx, direct, inst.ReportingQuota) })
+	wg.Go(func() { c.reportImages(ctx, direct, store, inst.RecentWipes, flush) })
+	wg.Go(func() { c.prePull(ctx, direct, store, budget) })
 	return mgr.Start(ctx)
 }
 
-func (c Config) reportFacts(ctx context.Context, cl client.Client, lastQuota func() *fleetv1alpha1.QuotaReport) {
+// reportFacts reports the facts at once, then every FactsInterval.
+func (c Config) reportFacts(ctx context.Context, cl client.Client, reportingQuota func(func(*fleetv1alpha1.QuotaReport) error) error) {
 	for {
-		if err := c.reportFactsOnce(ctx, cl, lastQuota); err != nil {
+		if err := c.reportFactsWith(ctx, cl, reportingQuota); err != nil {
 			c.Log.Error(err, "Reporting facts failed")
 		}
 		select {
@@ -161,11 +227,19 @@ func (c Config) reportFacts(ctx context.Context, cl client.Client, lastQuota fun
 	}
 }
 
-// reportFactsOnce reports the facts, with the quota state the instance loop
-// last reported in place of the facts source's: only the loop sees the
-// kernel refuse a start, and a Stuck it reported stands until it reports
-// again.
+// reportFactsOnce reports the facts, with the host's boot id, and with the
+// quota state the instance loop last reported in this boot in place of
+// the facts source's: only the loop sees the kernel refuse a start, and a
+// Stuck it reported stands until it reports again, or the host reboots.
 func (c Config) reportFactsOnce(ctx context.Context, cl client.Client, lastQuota func() *fleetv1alpha1.QuotaReport) error {
+	return c.reportFactsWith(ctx, cl, func(fn func(*fleetv1alpha1.QuotaReport) error) error { return fn(lastQuota()) })
+}
+
+// reportFactsWith is reportFactsOnce with the loop's last quota taken
+// under reportingQuota (Instances.ReportingQuota): the facts are gathered
+// first, then the quota is read and the facts written with no quota
+// report of the loop in between, which the write would undo.
+func (c Config) reportFactsWith(ctx context.Context, cl client.Client, reportingQuota func(func(*fleetv1alpha1.QuotaReport) error) error) error {
 	facts, err := c.Facts.Facts(ctx)
 	if err != nil {
 		return err
@@ -173,14 +247,28 @@ func (c Config) reportFactsOnce(ctx context.Context, cl client.Client, lastQuota
 	if facts == nil {
 		facts = &fleetv1alpha1.ReportedFacts{}
 	}
-	if q := lastQuota(); q != nil {
-		facts.Quota = q
+	if c.BootID != nil {
+		// The operator reads a reboot from the boot id: report it with
+		// every facts report, the first at start.
+		if id, err := c.BootID.BootID(ctx); err != nil {
+			c.Log.Error(err, "The host's boot id is unknown; the facts are reported without it")
+		} else {
+			facts.BootID = id
+		}
 	}
 	// The inventory has its own writer, the reaper, and the golden cache
 	// and the wipes theirs, reportImages: a facts source's word on them
 	// would undo those writers'.
 	facts.Inventory, facts.Images, facts.ImageCache, facts.Wipes = nil, nil, nil, nil
-	return host.ReportFacts(ctx, cl, c.NodeName, facts)
+	return reportingQuota(func(last *fleetv1alpha1.QuotaReport) error {
+		if last != nil {
+			facts.Quota = last
+		} else if facts.Quota != nil {
+			// The facts source's word is about the boot it was read in.
+			facts.Quota.BootID = facts.BootID
+		}
+		return host.ReportFacts(ctx, cl, c.NodeName, facts)
+	})
 }
 
 func ptrTrue() *bool { t := true; return &t }

@@ -59,3 +59,54 @@ func TestTheFactsReporterDoesNotUndoAStuckQuota(t *testing.T) {
 		t.Errorf("quota %+v after the facts were reported again, want Stuck with 1 running and code 6", q)
 	}
 }
+
+// staticBoot is a host whose boot id is fixed.
+type staticBoot string
+
+func (b staticBoot) BootID(context.Context) (string, error) { return string(b), nil }
+
+// Every facts report carries the host's boot id, from which the operator
+// reads a reboot, and the facts source's quota word is about that boot. A
+// quota the loop reported replaces the one before whole: nothing of an
+// earlier boot's report (its probe, its error) survives the merge.
+func TestTheFactsReportCarriesTheBootIDAndAWholeQuota(t *testing.T) {
+	scheme, err := macrackscheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mn := &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: testNode},
+		Spec: fleetv1alpha1.MacNodeSpec{Serial: "C02TEST00001", NodeClassName: "m4-test"}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(mn).WithStatusSubresource(&fleetv1alpha1.MacNode{}).Build()
+	reported := func() *fleetv1alpha1.ReportedFacts {
+		t.Helper()
+		mn := &fleetv1alpha1.MacNode{}
+		if err := c.Get(context.Background(), client.ObjectKey{Name: testNode}, mn); err != nil {
+			t.Fatal(err)
+		}
+		return mn.Status.Reported
+	}
+	cfg := Config{NodeName: testNode, BootID: staticBoot("boot-1"), Facts: host.StaticFacts{Reported: &fleetv1alpha1.ReportedFacts{Chip: "M4",
+		Quota: &fleetv1alpha1.QuotaReport{State: fleetv1alpha1.QuotaOK}}}}
+	at := metav1.Now()
+	last := &fleetv1alpha1.QuotaReport{State: fleetv1alpha1.QuotaStuck, BootID: "boot-1", RunningVMs: 1, LastErrorCode: 6, LastErrorAt: &at,
+		Probe: &fleetv1alpha1.QuotaProbe{BootID: "boot-0", Result: fleetv1alpha1.ProbeFailed, At: at}}
+	if err := cfg.reportFactsOnce(context.Background(), c, func() *fleetv1alpha1.QuotaReport { return last.DeepCopy() }); err != nil {
+		t.Fatal(err)
+	}
+	if r := reported(); r.BootID != "boot-1" || r.Quota.State != fleetv1alpha1.QuotaStuck || r.Quota.Probe == nil {
+		t.Fatalf("reported %+v, want boot-1 and the loop's Stuck", r)
+	}
+
+	// The host rebooted; the loop has reported nothing in the new boot.
+	cfg.BootID = staticBoot("boot-2")
+	if err := cfg.reportFactsOnce(context.Background(), c, func() *fleetv1alpha1.QuotaReport { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	r := reported()
+	if r.BootID != "boot-2" {
+		t.Fatalf("boot id %q after the reboot, want boot-2", r.BootID)
+	}
+	if q := r.Quota; q.State != fleetv1alpha1.QuotaOK || q.BootID != "boot-2" || q.Probe != nil || q.LastErrorCode != 0 || q.LastErrorAt != nil || q.RunningVMs != 0 {
+		t.Errorf("quota %+v, want the facts source's OK of boot-2 and nothing of the report before", q)
+	}
+}

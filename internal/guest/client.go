@@ -78,6 +78,42 @@ func (c *Client) Report(ctx context.Context) (Report, error) {
 	return Report{}, err
 }
 
+// Shutdown asks the guest to shut macOS down, shaking hands first if
+// needed, and returns once the guest acknowledged: the VM stops some time
+// after, and the connection ends with it. A guest that is older than 1.1
+// is not asked (ErrShutdownUnsupported); one that cannot act on it
+// answers an Error wrapping ErrRemote. The guest may drop the connection
+// before its acknowledgement reaches the host: an error then does not
+// prove that it is not shutting down.
+func (c *Client) Shutdown(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ack, err := c.handshake(ctx)
+	if err != nil {
+		return err
+	}
+	if !knowsShutdown(ack.ProtocolVersion) {
+		return fmt.Errorf("%w: guest agent %q speaks protocol %s", ErrShutdownUnsupported, ack.AgentVersion, ack.ProtocolVersion)
+	}
+	m, err := c.roundTrip(ctx, ShutdownRequest{})
+	if err != nil {
+		return fmt.Errorf("asking the guest to shut down: %w", err)
+	}
+	switch m := m.(type) {
+	case ShutdownAck:
+		return nil
+	case Error:
+		err := remoteError(m)
+		if m.Code != CodeShutdownFailed {
+			c.fail(err)
+		}
+		return fmt.Errorf("asking the guest to shut down: %w", err)
+	}
+	err = fmt.Errorf("%w: guest answered a ShutdownRequest with %s", ErrUnexpectedMessage, m.Type())
+	c.fail(err)
+	return err
+}
+
 // Close closes the connection, interrupting a call in flight. That call
 // and later ones return ErrClosed.
 func (c *Client) Close() error {

@@ -75,7 +75,7 @@ func TestTheHostAcceptsAGuestOfItsMajorAndRefusesOthers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c, reqs, closed := fakeGuest(t, false, frameBytes(t, HelloAck{ProtocolVersion: tc.guest, AgentVersion: "g1"}))
 			ack, err := c.Handshake(callCtx(t))
-			if hello := <-reqs; hello.Type != TypeHello || !strings.Contains(string(hello.Payload), `"protocolVersion":"1.0"`) {
+			if hello := <-reqs; hello.Type != TypeHello || !strings.Contains(string(hello.Payload), `"protocolVersion":"`+ProtocolVersion+`"`) {
 				t.Fatalf("the host opened with %s %s", hello.Type, hello.Payload)
 			}
 			if tc.want == nil {

@@ -9,6 +9,8 @@
 //	host → guest  ReportRequest{}
 //	guest → host  Report{...}                              or Error
 //	(ReportRequest/Report repeat until either side closes)
+//	host → guest  ShutdownRequest{}                        (since 1.1)
+//	guest → host  ShutdownAck{}, then the guest shuts down  or Error
 //
 // Every message is one frame: a 9-byte header then a JSON object.
 //

@@ -29,6 +29,9 @@ var (
 	// ErrClosed means a Client that was closed, or closed itself after a
 	// failure that left the stream in an unknown state.
 	ErrClosed = errors.New("guest client closed")
+	// ErrShutdownUnsupported means a guest agent of a protocol before 1.1,
+	// which cannot be asked to shut down.
+	ErrShutdownUnsupported = errors.New("guest agent cannot be asked to shut down")
 	// ErrBadTransition means a boot stage change that goes backwards or
 	// names no stage.
 	ErrBadTransition = errors.New("bad boot stage transition")

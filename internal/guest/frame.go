@@ -32,6 +32,9 @@ const (
 	TypeReportRequest MessageType = 3
 	TypeReport        MessageType = 4
 	TypeError         MessageType = 5
+	// Since protocol 1.1.
+	TypeShutdownRequest MessageType = 6
+	TypeShutdownAck     MessageType = 7
 )
 
 // String names t for logs and errors.
@@ -47,13 +50,17 @@ func (t MessageType) String() string {
 		return "Report"
 	case TypeError:
 		return "Error"
+	case TypeShutdownRequest:
+		return "ShutdownRequest"
+	case TypeShutdownAck:
+		return "ShutdownAck"
 	}
 	return fmt.Sprintf("MessageType(%d)", byte(t))
 }
 
 // known reports whether t is a message type of this protocol.
 func (t MessageType) known() bool {
-	return t >= TypeHello && t <= TypeError
+	return t >= TypeHello && t <= TypeShutdownAck
 }
 
 // Frame is one decoded frame: a known type and a payload that is a JSON

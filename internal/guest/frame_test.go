@@ -34,6 +34,8 @@ func TestEveryMessageSurvivesAWriteAndARead(t *testing.T) {
 		{"a ReportRequest is an empty object", ReportRequest{}},
 		{"a Report carries every field", Report{BootStage: "ready", XcodeVersions: []string{"15.4", "16.2"}, DiskHeadroomBytes: 42 << 30, ReadyForWork: true, Time: at}},
 		{"an Error carries its code and message", Error{Code: CodeMalformed, Message: "bad frame magic"}},
+		{"a ShutdownRequest is an empty object", ShutdownRequest{}},
+		{"a ShutdownAck is an empty object", ShutdownAck{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
@@ -68,7 +70,7 @@ func TestReadFrameRefusesEachKindOfBadFrame(t *testing.T) {
 		{"an HTTP request is refused as bad magic", []byte("GET / HTTP/1.1\r\n\r\n"), ErrBadMagic, "magic"},
 		{"a frame format version 2 is refused", rawFrame("MRG\x02", 1, 2, "{}"), ErrUnsupportedVersion, "frame format version 2"},
 		{"message type 0 is refused", rawFrame("MRG\x01", 0, 2, "{}"), ErrUnknownType, "0"},
-		{"message type 6 is refused", rawFrame("MRG\x01", 6, 2, "{}"), ErrUnknownType, "6"},
+		{"message type 8 is refused", rawFrame("MRG\x01", 8, 2, "{}"), ErrUnknownType, "8"},
 		{"a length over the limit is refused", rawFrame("MRG\x01", 4, MaxPayloadSize+1, ""), ErrFrameTooLarge, "65537"},
 		{"the largest length is refused", rawFrame("MRG\x01", 4, 0xFFFFFFFF, ""), ErrFrameTooLarge, "4294967295"},
 		{"an empty payload is refused", rawFrame("MRG\x01", 3, 0, ""), ErrMalformed, "empty"},

@@ -10,12 +10,16 @@ import (
 )
 
 // ProtocolVersion is the "major.minor" version this package speaks. A minor
-// bump only adds optional fields; a major bump changes meaning, and peers of
-// different majors refuse each other.
-const ProtocolVersion = "1.0"
+// bump only adds optional fields or requests an older peer need not know;
+// a major bump changes meaning, and peers of different majors refuse each
+// other. 1.1 adds ShutdownRequest and ShutdownAck.
+const ProtocolVersion = "1.1"
+
+// shutdownMinor is the first minor version of major 1 with ShutdownRequest.
+const shutdownMinor = 1
 
 // Message is one of the protocol's messages: Hello, HelloAck,
-// ReportRequest, Report or Error.
+// ReportRequest, Report, ShutdownRequest, ShutdownAck or Error.
 type Message interface {
 	// Type is the frame type that carries the message.
 	Type() MessageType
@@ -52,6 +56,14 @@ type Report struct {
 	Time time.Time `json:"time"`
 }
 
+// ShutdownRequest asks the guest to shut macOS down, host to guest: the
+// gentlest way to stop a VM, before the framework's requestStop. Since 1.1.
+type ShutdownRequest struct{}
+
+// ShutdownAck says the guest began to shut down, guest to host; the
+// connection then ends with the guest. Since 1.1.
+type ShutdownAck struct{}
+
 // Error codes: why a peer sent an Error.
 const (
 	// CodeMalformed answers a frame that could not be decoded.
@@ -63,10 +75,14 @@ const (
 	// CodeReportFailed answers a ReportRequest the Reporter failed; the
 	// connection stays open, since asking again may work.
 	CodeReportFailed = "report-failed"
+	// CodeShutdownFailed answers a ShutdownRequest the guest could not act
+	// on (it has no way to shut down, or the command failed); the
+	// connection stays open.
+	CodeShutdownFailed = "shutdown-failed"
 )
 
 // Error reports a failure to the peer, either way. After any code but
-// CodeReportFailed the sender closes the connection.
+// CodeReportFailed and CodeShutdownFailed the sender closes the connection.
 type Error struct {
 	Code    string `json:"code,omitempty"`
 	Message string `json:"message"`
@@ -86,6 +102,12 @@ func (Report) Type() MessageType { return TypeReport }
 
 // Type implements Message.
 func (Error) Type() MessageType { return TypeError }
+
+// Type implements Message.
+func (ShutdownRequest) Type() MessageType { return TypeShutdownRequest }
+
+// Type implements Message.
+func (ShutdownAck) Type() MessageType { return TypeShutdownAck }
 
 // Encode marshals m into a frame, refusing one over MaxPayloadSize.
 func Encode(m Message) (Frame, error) {
@@ -121,6 +143,10 @@ func (f Frame) Decode() (Message, error) {
 		m, err = unmarshal[Report](f.Payload)
 	case TypeError:
 		m, err = unmarshal[Error](f.Payload)
+	case TypeShutdownRequest:
+		m, err = unmarshal[ShutdownRequest](f.Payload)
+	case TypeShutdownAck:
+		m, err = unmarshal[ShutdownAck](f.Payload)
 	default:
 		return nil, fmt.Errorf("%w: %d", ErrUnknownType, byte(f.Type))
 	}
@@ -170,6 +196,13 @@ func ParseVersion(v string) (major, minor int, err error) {
 		return 0, 0, fmt.Errorf("%w: protocol version %q is not major.minor", ErrMalformed, v)
 	}
 	return major, minor, nil
+}
+
+// knowsShutdown reports whether a peer of version v understands a
+// ShutdownRequest.
+func knowsShutdown(v string) bool {
+	major, minor, err := ParseVersion(v)
+	return err == nil && (major > 1 || (major == 1 && minor >= shutdownMinor))
 }
 
 // compatible checks that peer speaks the same protocol major as we do,

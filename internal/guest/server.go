@@ -48,10 +48,15 @@ type ServerOptions struct {
 	// Connection deadlines use the wall clock whatever this is: the
 	// runtime's poller enforces them against it.
 	Clock clock.Clock
+	// Shutdown, if set, begins shutting the guest down and returns: it
+	// answers a ShutdownRequest (`shutdown -h now` in a macOS guest). It
+	// gets the connection's context. Without it, a ShutdownRequest is
+	// answered with CodeShutdownFailed.
+	Shutdown func(ctx context.Context) error
 }
 
-// Server is the guest side: it answers the host's handshake and report
-// requests on every connection a listener accepts.
+// Server is the guest side: it answers the host's handshake, report and
+// shutdown requests on every connection a listener accepts.
 type Server struct {
 	reporter Reporter
 	log      logr.Logger
@@ -115,13 +120,15 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 			continue
 		}
 		backoff = 0
-		wg.Go(func() { s.serveConn(ctx, conn) })
+		wg.Go(func() { s.ServeConn(ctx, conn) })
 	}
 }
 
-// serveConn runs one connection: handshake, then one Report per
-// ReportRequest. Any fault closes this connection only.
-func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
+// ServeConn serves one connection until it ends or ctx does, then closes
+// it: handshake, then one Report per ReportRequest, and a ShutdownAck to a
+// ShutdownRequest, after which the connection ends. Any fault closes this
+// connection only. ctx is also what the Reporter and Shutdown are given.
+func (s *Server) ServeConn(ctx context.Context, conn net.Conn) {
 	log := s.log.WithValues("remoteAddr", conn.RemoteAddr().String())
 	defer conn.Close()
 	// Closing the conn is what interrupts a blocked read on shutdown.
@@ -140,9 +147,21 @@ func (s *Server) serveConn(ctx context.Context, conn net.Conn) {
 		return
 	}
 	for {
-		if err := s.readReportRequest(conn); err != nil {
+		req, err := s.readRequest(conn)
+		if err != nil {
 			s.readFailed(ctx, log, conn, err)
 			return
+		}
+		if _, ok := req.(ShutdownRequest); ok {
+			done, err := s.answerShutdown(ctx, log, conn)
+			if err != nil {
+				s.writeFailed(ctx, log, err)
+				return
+			}
+			if done {
+				return
+			}
+			continue
 		}
 		if err := s.answerReport(ctx, log, conn); err != nil {
 			s.writeFailed(ctx, log, err)
@@ -170,19 +189,36 @@ func (s *Server) readHello(conn net.Conn) (Hello, error) {
 	return hello, nil
 }
 
-// readReportRequest waits up to the idle timeout for the next request.
-func (s *Server) readReportRequest(conn net.Conn) error {
+// readRequest waits up to the idle timeout for the next request: a
+// ReportRequest or a ShutdownRequest.
+func (s *Server) readRequest(conn net.Conn) (Message, error) {
 	if err := conn.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout)); err != nil {
-		return fmt.Errorf("setting the idle deadline: %w", err)
+		return nil, fmt.Errorf("setting the idle deadline: %w", err)
 	}
 	m, err := ReadMessage(conn)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if _, ok := m.(ReportRequest); !ok {
-		return fmt.Errorf("%w: %s after the handshake", ErrUnexpectedMessage, m.Type())
+	switch m.(type) {
+	case ReportRequest, ShutdownRequest:
+		return m, nil
 	}
-	return nil
+	return nil, fmt.Errorf("%w: %s after the handshake", ErrUnexpectedMessage, m.Type())
+}
+
+// answerShutdown begins the guest's shutdown and acknowledges it, after
+// which the connection is done; or answers CodeShutdownFailed, after which
+// it goes on.
+func (s *Server) answerShutdown(ctx context.Context, log logr.Logger, conn net.Conn) (done bool, err error) {
+	if s.opts.Shutdown == nil {
+		return false, s.write(conn, errorMessage(CodeShutdownFailed, errors.New("this guest agent cannot shut the guest down")))
+	}
+	if err := s.opts.Shutdown(ctx); err != nil {
+		log.Error(err, "Shutting the guest down failed")
+		return false, s.write(conn, errorMessage(CodeShutdownFailed, err))
+	}
+	log.Info("Shutting the guest down, as the host asked")
+	return true, s.write(conn, ShutdownAck{})
 }
 
 // answerReport calls the Reporter and writes its Report, or an Error with

@@ -46,3 +46,28 @@ type Driver interface {
 	// NewVM checks spec and builds its VM, stopped.
 	NewVM(spec vmspec.VMSpec) (VM, error)
 }
+
+// StopMethod is how a VM went down, gentlest first. The values are the
+// MacOSInstance API's status.runtime.lastStop.method.
+type StopMethod string
+
+// The stop methods.
+const (
+	// StopGuestShutdown: the guest shut itself down (its guest agent was
+	// asked to, and macOS powered off).
+	StopGuestShutdown StopMethod = "GuestShutdown"
+	// StopRequestStop: the framework's requestStop (the power button)
+	// brought the guest down within the grace period.
+	StopRequestStop StopMethod = "RequestStop"
+	// StopForced: the VM was forced off; its disk may not be consistent.
+	StopForced StopMethod = "Forced"
+)
+
+// StopReporter is a VM that can say how its last stop went: the helper
+// tells the agent, which records it on the instance. A VM that is not one
+// is judged by how long its Stop took.
+type StopReporter interface {
+	// LastStopMethod is how the VM last went down; empty if it never ran
+	// and stopped.
+	LastStopMethod() StopMethod
+}

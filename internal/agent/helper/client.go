@@ -54,8 +54,20 @@ func (c *Client) Start(ctx context.Context, spec vmspec.VMSpec) error {
 // Stop stops the VM: a guest shutdown request, then a forced stop after
 // graceful.
 func (c *Client) Stop(ctx context.Context, graceful time.Duration) error {
-	_, err := c.call(ctx, request{Op: opStop, GracefulMillis: graceful.Milliseconds()})
+	_, err := c.StopVM(ctx, graceful)
 	return err
+}
+
+// StopVM stops the VM as Stop does, and says how it went down: the
+// framework's requestStop honoured within graceful, or forced after it
+// (or the guest's own shutdown, if it got there first). The method is
+// empty when the VM never ran, or the helper is too old to say.
+func (c *Client) StopVM(ctx context.Context, graceful time.Duration) (driver.StopMethod, error) {
+	resp, err := c.call(ctx, request{Op: opStop, GracefulMillis: graceful.Milliseconds()})
+	if err != nil {
+		return "", err
+	}
+	return resp.Stop, nil
 }
 
 // State is the VM's state.

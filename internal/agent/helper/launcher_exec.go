@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -167,4 +168,65 @@ func helperArgs(f files, uid, driverName, kernelDir string, extra []string) []st
 		args = append(args, "--state-dir", kernelDir)
 	}
 	return append(args, extra...)
+}
+
+// KillAll kills every helper whose pid file is in dir at once, with
+// SIGKILL, as a host that loses power or restarts ends every process: no
+// helper stops its VM first. It waits until they are gone, then removes
+// their socket, pid and spec files. The sim's host restart uses it; it is
+// never how the agent stops a VM.
+func KillAll(ctx context.Context, dir string) error {
+	f := files{dir: dir, log: logr.Discard()}
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("listing helpers in %s: %w", dir, err)
+	}
+	var errs []error
+	for _, e := range entries {
+		uid, ok := strings.CutSuffix(e.Name(), pidSuffix)
+		if !ok || !uidPattern.MatchString(uid) {
+			continue
+		}
+		pid, err := f.pid(uid)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if processAlive(pid) {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+				errs = append(errs, fmt.Errorf("killing helper of %s (pid %d): %w", uid, pid, err))
+				continue
+			}
+			if err := waitReaped(ctx, pid); err != nil {
+				errs = append(errs, fmt.Errorf("helper of %s (pid %d) survived SIGKILL: %w", uid, pid, err))
+				continue
+			}
+		}
+		f.cleanup(uid)
+	}
+	return errors.Join(errs...)
+}
+
+// waitReaped waits until pid is gone. A helper this process launched is
+// its child, which stays a zombie (alive to kill(0)) until reaped: when
+// the goroutine that launched it is no longer there to wait on it (the
+// agent re-executed itself), it is reaped here.
+func waitReaped(ctx context.Context, pid int) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for processAlive(pid) {
+		var ws syscall.WaitStatus
+		_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil) // ECHILD for another's child: harmless
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return nil
 }

@@ -16,6 +16,12 @@
 //
 //	{"v":1,"ok":true,"state":"Running","hello":{"instanceUID":"...","vmName":"ns/name","pid":42}}
 //	{"v":1,"ok":false,"state":"Stopped","error":{"domain":"VZErrorDomain","code":6,"message":"..."}}
+//	{"v":1,"ok":true,"state":"Stopped","stop":"RequestStop"}
+//
+// The answer to stop says, in "stop", how the VM went down: GuestShutdown,
+// RequestStop (the guest honoured the framework's request within the
+// grace period) or Forced; it is absent when the VM never ran. An older
+// helper leaves it out, which the agent reads as unknown.
 //
 // A connection carries any number of request/response pairs, in order.
 // After the OK response to dialGuest, the connection is a raw byte stream
@@ -68,6 +74,8 @@ type response struct {
 	State driver.State `json:"state,omitempty"`
 	Error *wireError   `json:"error,omitempty"`
 	Hello *Hello       `json:"hello,omitempty"`
+	// Stop, on a stop's answer, is how the VM went down.
+	Stop driver.StopMethod `json:"stop,omitempty"`
 }
 
 type wireError struct {

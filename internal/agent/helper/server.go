@@ -184,12 +184,12 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 		if req.Op == opDialGuest {
 			guest, err := s.vm.DialGuest(ctx, req.Port)
 			if err != nil {
-				if s.respond(conn, nil, err) != nil {
+				if s.respond(conn, answer{}, err) != nil {
 					return
 				}
 				continue
 			}
-			if s.respond(conn, nil, nil) != nil {
+			if s.respond(conn, answer{}, nil) != nil {
 				guest.Close()
 				return
 			}
@@ -197,46 +197,76 @@ func (s *Server) handle(ctx context.Context, conn net.Conn) {
 			proxy(&bufferedConn{Conn: conn, r: r}, guest)
 			return
 		}
-		hello, err := s.do(ctx, req)
-		if s.respond(conn, hello, err) != nil {
+		out, err := s.do(ctx, req)
+		if s.respond(conn, out, err) != nil {
 			return
 		}
 	}
 }
 
-func (s *Server) do(ctx context.Context, req request) (*Hello, error) {
+// answer is what a request's response carries besides the VM's state.
+type answer struct {
+	hello *Hello
+	stop  driver.StopMethod
+}
+
+func (s *Server) do(ctx context.Context, req request) (answer, error) {
 	switch req.Op {
 	case opHello:
-		return &Hello{InstanceUID: s.spec.UID, VMName: s.spec.Name, PID: s.pid}, nil
+		return answer{hello: &Hello{InstanceUID: s.spec.UID, VMName: s.spec.Name, PID: s.pid}}, nil
 	case opState:
-		return nil, nil
+		return answer{}, nil
 	case opStart:
 		if req.Spec == nil || !sameSpec(*req.Spec, s.spec) {
-			return nil, fmt.Errorf("%w: this helper runs %s (%s)", ErrSpecMismatch, s.spec.Name, s.spec.UID)
+			return answer{}, fmt.Errorf("%w: this helper runs %s (%s)", ErrSpecMismatch, s.spec.Name, s.spec.UID)
 		}
 		s.log.Info("Starting VM")
 		if err := s.vm.Start(ctx); err != nil {
 			s.log.Error(err, "VM start failed", "limitExceeded", driver.IsLimitExceeded(err))
-			return nil, err
+			return answer{}, err
 		}
 		s.log.Info("VM running")
-		return nil, nil
+		return answer{}, nil
 	case opStop:
 		graceful := time.Duration(req.GracefulMillis) * time.Millisecond
 		s.log.Info("Stopping VM", "graceful", graceful.String())
+		before, began := s.vm.State(), time.Now()
 		if err := s.vm.Stop(ctx, graceful); err != nil {
-			return nil, err
+			return answer{}, err
 		}
-		s.log.Info("VM stopped")
-		return nil, nil
+		method := stopMethod(s.vm, before, graceful, time.Since(began))
+		s.log.Info("VM stopped", "stop", method)
+		return answer{stop: method}, nil
 	default:
-		return nil, fmt.Errorf("%w: unknown op %q", ErrBadRequest, req.Op)
+		return answer{}, fmt.Errorf("%w: unknown op %q", ErrBadRequest, req.Op)
 	}
 }
 
-// respond answers a request with the VM's state, hello and err, if any.
-func (s *Server) respond(conn net.Conn, hello *Hello, err error) error {
-	resp := response{V: Version, OK: err == nil, State: s.vm.State(), Hello: hello}
+// stopMethod is how vm went down in a Stop that began in state before,
+// with graceful, and took took. A VM that keeps its own record
+// (driver.StopReporter) is believed. Any other is judged by the clock: its
+// Stop forces the VM off only once graceful has passed, so one that came
+// back sooner was honoured, unless there was no grace to honour.
+func stopMethod(vm driver.VM, before driver.State, graceful, took time.Duration) driver.StopMethod {
+	if st := vm.State(); st != driver.StateStopped && st != driver.StateError {
+		return ""
+	}
+	if r, ok := vm.(driver.StopReporter); ok {
+		return r.LastStopMethod()
+	}
+	switch {
+	case before == driver.StateStopped || before == driver.StateError:
+		return ""
+	case graceful > 0 && took < graceful && before == driver.StateRunning:
+		return driver.StopRequestStop
+	}
+	return driver.StopForced
+}
+
+// respond answers a request with the VM's state, what it carries, and
+// err, if any.
+func (s *Server) respond(conn net.Conn, out answer, err error) error {
+	resp := response{V: Version, OK: err == nil, State: s.vm.State(), Hello: out.hello, Stop: out.stop}
 	if err != nil {
 		resp.Error = toWire(err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,9 +30,23 @@ func (s StaticFacts) Facts(context.Context) (*fleetv1alpha1.ReportedFacts, error
 // ReportFacts writes status.reported of the agent's own MacNode, and
 // nothing else: a merge patch of that one field, so that it never races
 // the operator's binding, slots or phase. Failing facts are reported all
-// the same; the operator decides what they mean.
+// the same; the operator decides what they mean. A quota in facts replaces
+// the one reported before whole (QuotaPatch).
 func ReportFacts(ctx context.Context, c client.Client, nodeName string, facts *fleetv1alpha1.ReportedFacts) error {
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"reported": facts}})
+	b, err := json.Marshal(facts)
+	if err != nil {
+		return err
+	}
+	reported := map[string]any{}
+	if err := json.Unmarshal(b, &reported); err != nil {
+		return err
+	}
+	if facts != nil && facts.Quota != nil {
+		if reported["quota"], err = QuotaPatch(facts.Quota); err != nil {
+			return err
+		}
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"reported": reported}})
 	if err != nil {
 		return err
 	}
@@ -40,4 +56,27 @@ func ReportFacts(ctx context.Context, c client.Client, nodeName string, facts *f
 		return fmt.Errorf("reporting facts on MacNode %s: %w", nodeName, err)
 	}
 	return nil
+}
+
+// QuotaPatch is q as a merge patch's status.reported.quota that replaces
+// the quota reported before whole: every field of QuotaReport is named,
+// those q leaves out as null. Merged, a field left out would survive from
+// an older report: a stale probe of an earlier boot, an old error code.
+func QuotaPatch(q *fleetv1alpha1.QuotaReport) (map[string]any, error) {
+	b, err := json.Marshal(q)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{}
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, err
+	}
+	t := reflect.TypeFor[fleetv1alpha1.QuotaReport]()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if _, ok := out[name]; !ok && name != "" && name != "-" {
+			out[name] = nil
+		}
+	}
+	return out, nil
 }

@@ -30,7 +30,9 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent/driver"
+	"github.com/boualleiguie/macrack-operator/internal/agent/driver/sim"
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
+	"github.com/boualleiguie/macrack-operator/internal/agent/host"
 	"github.com/boualleiguie/macrack-operator/internal/agent/images"
 	"github.com/boualleiguie/macrack-operator/internal/agent/vmspec"
 	"github.com/boualleiguie/macrack-operator/internal/guest"
@@ -77,10 +79,40 @@ type Instances struct {
 	// them into the chassis' history as soon as the last instance is gone.
 	ReportWipes func(context.Context) error
 
+	// BootID says which boot of the host this is: a quota report is about
+	// one boot, and the quarantine loop reads a reboot from it. Nil
+	// reports the empty boot id.
+	BootID host.BootIDSource
+	// Rebooter reboots the host when the operator asks, to clear a stuck
+	// quota. Nil: the chassis stays quarantined until a person reboots it.
+	Rebooter host.Rebooter
+	// Rebooted is called once the Rebooter has returned: the host is going
+	// down, and the agent must stop (a real restart ends it too).
+	Rebooted func()
+	// SimKernel is the sim host's kernel, set only with the sim driver: it
+	// honours SimQuotaStickAnnotation, and lets the probe VM boot from an
+	// empty disk when no golden is cached.
+	SimKernel sim.Kernel
+	// ProbeRetry is how soon a probe that failed for another reason than
+	// the kernel's code 6 is tried again (30s if zero).
+	ProbeRetry time.Duration
+
+	// vmMu serialises the quota probe with the instance loop's starts: the
+	// probe counts the VMs that run, then starts one, and no tenant VM may
+	// start between the two.
+	vmMu sync.Mutex
+
 	// quota is the last quota state reported, which the facts reporter
-	// sends on, rather than letting the facts source's word undo it.
-	quotaMu sync.Mutex
-	quota   *fleetv1alpha1.QuotaReport
+	// sends on, rather than letting the facts source's word undo it. It is
+	// kept in the state directory too, so that an agent restart does not
+	// undo it either; quotaWriteMu orders its writes with the facts
+	// reporter's.
+	quotaMu      sync.Mutex
+	quota        *fleetv1alpha1.QuotaReport
+	quotaWriteMu sync.Mutex
+
+	// quarantine is the quarantine loop's memory of this process.
+	quarantine quarantineState
 
 	// wipes are the latest wipes' evidence, for the MacNode report.
 	wipesMu sync.Mutex
@@ -122,12 +154,59 @@ func (r *Instances) evidence(o Owner, ev Evidence) fleetv1alpha1.WipeEvidence {
 		Files: ev.Files, Bytes: ev.Bytes, Method: ev.Method, WipedAt: metav1.NewTime(r.Clock.Now().UTC().Truncate(time.Second))}
 }
 
-// LastQuota is the quota state the instance loop last reported, or nil
-// before any code-6 refusal.
+// LastQuota is the quota state the instance loop last reported in this
+// boot, or nil before any code-6 refusal or probe.
 func (r *Instances) LastQuota() *fleetv1alpha1.QuotaReport {
 	r.quotaMu.Lock()
 	defer r.quotaMu.Unlock()
 	return r.quota.DeepCopy()
+}
+
+// ReportingQuota runs fn with LastQuota, ordered with the loop's own quota
+// reports: the facts reporter writes the quota fn is given, and a report
+// of the loop must not land between its read and its write, only to be
+// overwritten.
+func (r *Instances) ReportingQuota(fn func(last *fleetv1alpha1.QuotaReport) error) error {
+	r.quotaWriteMu.Lock()
+	defer r.quotaWriteMu.Unlock()
+	return fn(r.LastQuota())
+}
+
+// LoadQuota takes up the quota report an earlier run of the agent left in
+// the state directory, if it is about this boot: a Stuck stands until the
+// host reboots, whatever the facts source says. A report of an earlier
+// boot is dropped, since the reboot reset the counter.
+func (r *Instances) LoadQuota(ctx context.Context) error {
+	var q fleetv1alpha1.QuotaReport
+	ok, err := r.readState(quotaFile, &q)
+	if err != nil || !ok {
+		return err
+	}
+	boot, err := r.bootID(ctx)
+	if err != nil {
+		return err
+	}
+	if q.BootID != boot {
+		r.Log.Info("Dropped the quota report of an earlier boot", "reportBootID", q.BootID, "bootID", boot, "quotaState", q.State)
+		return r.removeState(quotaFile)
+	}
+	r.quotaMu.Lock()
+	r.quota = &q
+	r.quotaMu.Unlock()
+	r.Log.Info("Took up the quota report of this boot", "bootID", boot, "quotaState", q.State)
+	return nil
+}
+
+// bootID is the host's current boot id; "" without a BootID source.
+func (r *Instances) bootID(ctx context.Context) (string, error) {
+	if r.BootID == nil {
+		return "", nil
+	}
+	id, err := r.BootID.BootID(ctx)
+	if err != nil {
+		return "", fmt.Errorf("reading the host's boot id: %w", err)
+	}
+	return id, nil
 }
 
 // RandomMachineID is the sim's machine identifier: 32 random bytes.
@@ -189,6 +268,11 @@ func (r *Instances) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: r.NodeName}, mn); err != nil {
 		return ctrl.Result{}, fmt.Errorf("getting own MacNode: %w", err)
 	}
+	if fenced(mn) {
+		// quarantine.fence: the chassis' quota stuck. Its VMs stop, gently,
+		// and none starts until the operator lifts the phase.
+		return r.fence(ctx, log, inst, mn)
+	}
 	if !slotNames(mn, inst.UID) {
 		// Placed without a slot (or its slot was freed): it must not run.
 		if err := r.stop(ctx, uid); err != nil {
@@ -209,34 +293,53 @@ func (r *Instances) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	if err != nil {
 		return ctrl.Result{RequeueAfter: r.Poll}, r.report(ctx, inst, computev1alpha1.VMFailed, err.Error(), nil)
 	}
-	c, err := r.helper(ctx, uid, spec)
+	c, state, startErr, err := r.start(ctx, log, req, uid, spec)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	defer c.Close()
-	state, err := c.State(ctx)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("asking the helper of %s: %w", uid, err)
-	}
-	if state == driver.StateStopped {
-		log.Info("Starting VM", "MacOSInstance", req.NamespacedName)
-		if err := c.Start(ctx, spec); err != nil {
-			if driver.IsLimitExceeded(err) {
-				if qerr := r.reportQuota(ctx, log, r.Clock.Now()); qerr != nil {
-					log.Error(qerr, "A start was refused with code 6, but the quota state could not be established; none reported")
-				}
-			}
-			return ctrl.Result{RequeueAfter: r.Poll}, r.report(ctx, inst, computev1alpha1.VMFailed, "start failed: "+err.Error(), nil)
-		}
-		if state, err = c.State(ctx); err != nil {
-			return ctrl.Result{}, err
-		}
+	if startErr != nil {
+		return ctrl.Result{RequeueAfter: r.Poll}, r.report(ctx, inst, computev1alpha1.VMFailed, "start failed: "+startErr.Error(), nil)
 	}
 	var g *guest.Report
 	if state == driver.StateRunning {
 		g = r.askGuest(ctx, log, c)
 	}
 	return ctrl.Result{RequeueAfter: r.Poll}, r.report(ctx, inst, vmPhase(state), "", g)
+}
+
+// start reaches the instance's helper, launching it if need be, and starts
+// its VM unless it runs: the VM's state after, the start's own failure
+// (startErr, reported on the instance), or a failure to reach the helper
+// (err). A code-6 refusal is reported as the quota's state.
+func (r *Instances) start(ctx context.Context, log logr.Logger, req ctrl.Request, uid string, spec vmspec.VMSpec) (c *helper.Client, state driver.State, startErr, err error) {
+	// The probe counts the VMs, then starts its own: no start between.
+	r.vmMu.Lock()
+	defer r.vmMu.Unlock()
+	if c, err = r.helper(ctx, uid, spec); err != nil {
+		return nil, "", nil, err
+	}
+	if state, err = c.State(ctx); err != nil {
+		c.Close()
+		return nil, "", nil, fmt.Errorf("asking the helper of %s: %w", uid, err)
+	}
+	if state != driver.StateStopped {
+		return c, state, nil, nil
+	}
+	log.Info("Starting VM", "MacOSInstance", req.NamespacedName)
+	if startErr = c.Start(ctx, spec); startErr != nil {
+		if driver.IsLimitExceeded(startErr) {
+			if qerr := r.reportQuota(ctx, log, r.Clock.Now()); qerr != nil {
+				log.Error(qerr, "A start was refused with code 6, but the quota state could not be established; none reported")
+			}
+		}
+		return c, driver.StateStopped, startErr, nil
+	}
+	if state, err = c.State(ctx); err != nil {
+		c.Close()
+		return nil, "", nil, err
+	}
+	return c, state, nil, nil
 }
 
 func slotNames(mn *fleetv1alpha1.MacNode, uid types.UID) bool {
@@ -408,6 +511,7 @@ func (r *Instances) report(ctx context.Context, inst *computev1alpha1.MacOSInsta
 	}
 	if old := inst.Status.Runtime; old != nil {
 		rt.WipedAt, rt.Wipe = old.WipedAt, old.Wipe // instance.wipe's record stays
+		rt.LastStop = old.LastStop                  // so does the last stop's, until the next
 	}
 	if g != nil {
 		at := metav1.NewTime(r.Clock.Now())
@@ -434,7 +538,7 @@ func (r *Instances) reportPull(ctx context.Context, inst *computev1alpha1.MacOSI
 	pct := st.Percent
 	rt := computev1alpha1.RuntimeStatus{Phase: computev1alpha1.VMPulling, Message: truncate(msg, maxMessage), PullPercent: &pct}
 	if old := inst.Status.Runtime; old != nil {
-		rt.WipedAt, rt.Wipe = old.WipedAt, old.Wipe
+		rt.WipedAt, rt.Wipe, rt.LastStop = old.WipedAt, old.Wipe, old.LastStop
 	}
 	return r.writeRuntime(ctx, inst, rt)
 }
@@ -586,25 +690,51 @@ func (r *Instances) reportQuota(ctx context.Context, log logr.Logger, refusedAt 
 	if running < capacity {
 		state = fleetv1alpha1.QuotaStuck
 	}
-	// Every field spelt out, 0 included: a merge patch leaves out what it
-	// does not name, and a stale runningVMs must not survive.
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"reported": map[string]any{"quota": map[string]any{
-		"state": state, "runningVMs": running, "lastErrorCode": driver.CodeVirtualMachineLimitExceeded,
-		"lastErrorAt": metav1.NewTime(refusedAt)}}}})
+	at := metav1.NewTime(refusedAt)
+	q := &fleetv1alpha1.QuotaReport{State: state, RunningVMs: int32(running),
+		LastErrorCode: driver.CodeVirtualMachineLimitExceeded, LastErrorAt: &at}
+	if err := r.writeQuota(ctx, q); err != nil {
+		return err
+	}
+	log.Info("Kernel VM quota refused a start", "quotaState", state, "runningVMs", running, "vmCapacity", capacity, "bootID", q.BootID)
+	return nil
+}
+
+// writeQuota keeps q, stamped with the current boot, in memory and in the
+// state directory, for the facts reporter and the agent's next start, and
+// reports it as the whole of status.reported.quota. A quota whose boot
+// the agent cannot tell is not reported.
+func (r *Instances) writeQuota(ctx context.Context, q *fleetv1alpha1.QuotaReport) error {
+	boot, err := r.bootID(ctx)
+	if err != nil {
+		return fmt.Errorf("reporting the quota state %s: %w", q.State, err)
+	}
+	q.BootID = boot
+	// Every field spelt out, 0 and null included: a merge patch keeps what
+	// it does not name, and a stale runningVMs or probe must not survive.
+	fields, err := host.QuotaPatch(q)
 	if err != nil {
 		return err
 	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"reported": map[string]any{"quota": fields}}})
+	if err != nil {
+		return err
+	}
+	r.quotaWriteMu.Lock()
+	defer r.quotaWriteMu.Unlock()
+	// Kept first: an agent that dies before the report goes out reports it
+	// from the state directory when it starts again, in this boot.
+	if err := r.writeState(quotaFile, q); err != nil {
+		return fmt.Errorf("keeping the quota report %s in the state directory: %w", q.State, err)
+	}
+	r.quotaMu.Lock()
+	r.quota = q.DeepCopy()
+	r.quotaMu.Unlock()
 	mn := &fleetv1alpha1.MacNode{}
 	mn.Name = r.NodeName
 	if err := r.Client.Status().Patch(ctx, mn, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		return fmt.Errorf("reporting the quota state %s: %w", state, err)
+		return fmt.Errorf("reporting the quota state %s: %w", q.State, err)
 	}
-	at := metav1.NewTime(refusedAt)
-	r.quotaMu.Lock()
-	r.quota = &fleetv1alpha1.QuotaReport{State: state, RunningVMs: int32(running),
-		LastErrorCode: driver.CodeVirtualMachineLimitExceeded, LastErrorAt: &at}
-	r.quotaMu.Unlock()
-	log.Info("Kernel VM quota refused a start", "quotaState", state, "runningVMs", running, "vmCapacity", capacity)
 	return nil
 }
 

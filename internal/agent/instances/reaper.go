@@ -63,7 +63,8 @@ func (r *Instances) Reap(ctx context.Context, log logr.Logger) error {
 	}
 
 	for _, uid := range sortedKeys(helpers) {
-		if slotNames(mn, types.UID(uid)) {
+		if slotNames(mn, types.UID(uid)) || uid == ProbeUID {
+			// The quota probe's helper is the probe's to remove.
 			continue
 		}
 		if err := r.stop(ctx, uid); err != nil {
@@ -163,7 +164,8 @@ func (r *Instances) reportInventoryLocked(ctx context.Context, log logr.Logger, 
 	if err != nil {
 		return err
 	}
-	if old := mn.Status.Reported; old != nil && old.Inventory != nil && sameHoldings(*old.Inventory, inv) {
+	if old := mn.Status.Reported; old != nil && old.Inventory != nil && sameHoldings(*old.Inventory, inv) &&
+		!staleInQuarantine(mn, old.Inventory) {
 		return nil
 	}
 	patch, err := inventoryPatch(inv)
@@ -177,6 +179,14 @@ func (r *Instances) reportInventoryLocked(ctx context.Context, log logr.Logger, 
 	}
 	log.V(1).Info("Inventory reported", "vms", len(inv.VMs), "disks", len(inv.Disks))
 	return nil
+}
+
+// staleInQuarantine reports whether inv was observed before the chassis'
+// quarantine began: the operator asks for the reboot only on an inventory
+// observed since, so an unchanged one is reported again.
+func staleInQuarantine(mn *fleetv1alpha1.MacNode, inv *fleetv1alpha1.HostInventory) bool {
+	q := mn.Status.Quarantine
+	return q.Active() && inv.ObservedAt.Before(&q.QuarantinedAt)
 }
 
 // inventoryPatch is a merge patch of status.reported.inventory. An empty
@@ -202,6 +212,9 @@ func (r *Instances) inventory(ctx context.Context, log logr.Logger) (fleetv1alph
 		return inv, fmt.Errorf("listing the VM helpers: %w", err)
 	}
 	for _, uid := range sortedKeys(helpers) {
+		if uid == ProbeUID {
+			continue // no tenant's: the quota probe's, gone when it ends
+		}
 		state := "Unknown"
 		if s, err := vmState(ctx, helpers[uid]); err == nil {
 			state = string(s)

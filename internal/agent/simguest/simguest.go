@@ -7,7 +7,6 @@ package simguest
 import (
 	"context"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -37,66 +36,24 @@ func (r Reporter) Report(context.Context) (guest.Report, error) {
 }
 
 // Handler returns the sim driver's guest handler: each vsock connection on
-// the guest agent's port is served by one guest.Server.
+// the guest agent's port is served by the real guest.Server. A
+// ShutdownRequest powers the connection's own sim VM off cleanly
+// (sim.ShutdownGuest), as `shutdown -h now` powers off a macOS guest; a
+// sim guest that ignores shutdown requests acknowledges and stays up.
 func Handler(ctx context.Context, r guest.Reporter, log logr.Logger) sim.GuestHandler {
-	l := &connListener{conns: make(chan net.Conn), done: ctx.Done()}
-	srv := guest.NewServer(r, log, guest.ServerOptions{AgentVersion: "sim", IdleTimeout: time.Minute})
-	var once sync.Once
+	srv := guest.NewServer(r, log, guest.ServerOptions{AgentVersion: "sim", IdleTimeout: time.Minute, Shutdown: sim.ShutdownGuest})
 	return func(vmCtx context.Context, port uint32, conn net.Conn) {
 		if port != guest.DefaultPort {
 			conn.Close()
 			return
 		}
-		once.Do(func() { go func() { _ = srv.Serve(ctx, l) }() })
-		// The driver ends the stream when the handler returns: hold it until
-		// the server is done with the connection.
-		tracked := &closeNotifier{Conn: conn, closed: make(chan struct{})}
-		select {
-		case l.conns <- tracked:
-		case <-ctx.Done():
-			conn.Close()
-			return
-		}
-		select {
-		case <-tracked.closed:
-		case <-ctx.Done():
-		case <-vmCtx.Done(): // the VM stopped
-		}
+		// The connection lives until the host hangs up, the VM stops
+		// (vmCtx, which also names the VM a shutdown is for) or the
+		// helper ends (ctx).
+		connCtx, cancel := context.WithCancel(vmCtx)
+		defer cancel()
+		stop := context.AfterFunc(ctx, cancel)
+		defer stop()
+		srv.ServeConn(connCtx, conn)
 	}
 }
-
-// closeNotifier tells the handler when the server closes the connection.
-type closeNotifier struct {
-	net.Conn
-	once   sync.Once
-	closed chan struct{}
-}
-
-func (c *closeNotifier) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(func() { close(c.closed) })
-	return err
-}
-
-// connListener hands the handler's connections to the guest server.
-type connListener struct {
-	conns chan net.Conn
-	done  <-chan struct{}
-}
-
-func (l *connListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *connListener) Close() error   { return nil }
-func (l *connListener) Addr() net.Addr { return simAddr{} }
-
-type simAddr struct{}
-
-func (simAddr) Network() string { return "vsock" }
-func (simAddr) String() string  { return "sim-guest" }

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent"
+	"github.com/boualleiguie/macrack-operator/internal/agent/driver/sim"
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
 	"github.com/boualleiguie/macrack-operator/internal/agent/host"
 	"github.com/boualleiguie/macrack-operator/internal/agent/instances"
@@ -41,7 +44,10 @@ func BuildVMHelper(dir string) (string, error) {
 }
 
 // Agent is a host agent running in-process against Env, as its own
-// ServiceAccount, with real vm-helper processes and the sim driver.
+// ServiceAccount, with real vm-helper processes and the sim driver. Like a
+// real host's, it survives its own reboot: when the quarantine loop
+// reboots the sim host, the agent stops, and starts again after
+// AgentOptions.RebootTime, with the same state directory, in a new boot.
 type Agent struct {
 	Serial, Node, StateDir string
 	// Bootstrap is the enrolment's token; the agent replaces it with its own.
@@ -50,6 +56,7 @@ type Agent struct {
 	done      chan error
 	once      sync.Once
 	err       error
+	reboots   atomic.Int32
 }
 
 // AgentOptions tune StartAgent.
@@ -60,6 +67,12 @@ type AgentOptions struct {
 	HelperPath string
 	Heartbeat  time.Duration
 	Log        logr.Logger
+	// RebootTime is how long the sim host takes to reboot, from the agent's
+	// stop to its start in the new boot; 1s if zero.
+	RebootTime time.Duration
+	// StopGrace bounds a graceful stop of a VM before it is forced off;
+	// the agent's 30s if zero.
+	StopGrace time.Duration
 }
 
 // StartAgent enrolls the chassis (as macrackctl node enroll does) if need
@@ -101,27 +114,117 @@ func (e *Env) StartAgent(o AgentOptions) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{Serial: o.Serial, Node: enroll.NodeName(o.Serial), StateDir: o.StateDir, Bootstrap: bootstrap, done: make(chan error, 1)}
+	kernel, err := a.kernel()
+	if err != nil {
+		return nil, err
+	}
+	boot := host.SimBootID{Dir: kernel.Dir()}
 	runCtx, cancel := context.WithCancel(ctx)
 	a.stop = cancel
 	disk := resource.MustParse("1T")
+	config := agent.Config{
+		NodeName: a.Node, AgentsNamespace: AgentsNamespace, StateDir: o.StateDir, Launcher: launcher,
+		Facts: host.StaticFacts{Reported: &fleetv1alpha1.ReportedFacts{
+			Disk: &disk, NetworkGbps: ptr.To(int32(10)), Chip: "M4", MacOSVersion: "15.5",
+			SIPEnabled: ptr.To(true), VirtualizationEntitlement: ptr.To(true),
+			Quota: &fleetv1alpha1.QuotaReport{State: fleetv1alpha1.QuotaOK},
+		}},
+		HeartbeatInterval: o.Heartbeat, FactsInterval: time.Minute, ImagesInterval: 500 * time.Millisecond, PullRetry: time.Second,
+		TokenFile: tokenFile, TokenTTL: time.Hour,
+		Clock: clock.RealClock{}, Log: o.Log, NewMachineID: instances.RandomMachineID, Poll: time.Second,
+		BootID: boot, SimKernel: kernel, StopGrace: o.StopGrace,
+		Rebooter: host.SimRebooter{HelperDir: filepath.Join(o.StateDir, "run"), Kernel: kernel, Boot: boot, Log: o.Log.WithName("reboot")},
+	}
+	rebootTime := o.RebootTime
+	if rebootTime <= 0 {
+		rebootTime = time.Second
+	}
 	go func() {
-		a.done <- agent.Run(runCtx, cfg, agent.Config{
-			NodeName: a.Node, AgentsNamespace: AgentsNamespace, StateDir: o.StateDir, Launcher: launcher,
-			Facts: host.StaticFacts{Reported: &fleetv1alpha1.ReportedFacts{
-				Disk: &disk, NetworkGbps: ptr.To(int32(10)), Chip: "M4", MacOSVersion: "15.5",
-				SIPEnabled: ptr.To(true), VirtualizationEntitlement: ptr.To(true),
-				Quota: &fleetv1alpha1.QuotaReport{State: fleetv1alpha1.QuotaOK},
-			}},
-			HeartbeatInterval: o.Heartbeat, FactsInterval: time.Minute, ImagesInterval: 500 * time.Millisecond, PullRetry: time.Second,
-			TokenFile: tokenFile, TokenTTL: time.Hour,
-			Clock: clock.RealClock{}, Log: o.Log, NewMachineID: instances.RandomMachineID, Poll: time.Second,
-		})
+		// The agent's supervisor, as launchd on a Mac, or cmd/agent's
+		// re-exec in the sim: after the agent rebooted its host, the host
+		// is down for rebootTime, then the agent starts again.
+		for {
+			err := agent.Run(runCtx, cfg, config)
+			if !errors.Is(err, agent.ErrHostRebooted) {
+				a.done <- err
+				return
+			}
+			a.reboots.Add(1)
+			select {
+			case <-runCtx.Done():
+				a.done <- nil
+				return
+			case <-time.After(rebootTime):
+			}
+		}
 	}()
 	return a, nil
 }
 
-// Stop stops the agent (not its helpers, which outlive it) and waits. It
-// may be called more than once.
+// kernel is the sim kernel of the agent's host, whose state its helpers
+// share.
+func (a *Agent) kernel() (*sim.FileKernel, error) {
+	return sim.NewFileKernel(filepath.Join(a.StateDir, "kernel"))
+}
+
+// BootID is the sim host's current boot id.
+func (a *Agent) BootID() (string, error) {
+	return host.SimBootID{Dir: filepath.Join(a.StateDir, "kernel")}.BootID(context.Background())
+}
+
+// Reboots is how many times the agent rebooted its host since StartAgent:
+// counted when the agent stops for the reboot, a moment after the host's
+// new boot id (BootID) is there.
+func (a *Agent) Reboots() int { return int(a.reboots.Load()) }
+
+// MaxActiveVMs is the most VMs the host's kernel ever counted at once,
+// across reboots (stuck slots aside): a suite asserts with it that no
+// third VM ever existed.
+func (a *Agent) MaxActiveVMs() (int, error) {
+	k, err := a.kernel()
+	if err != nil {
+		return 0, err
+	}
+	return k.MaxActive()
+}
+
+// ActiveVMs is how many VMs the host's kernel counts now, stuck slots
+// included.
+func (a *Agent) ActiveVMs() (int, error) {
+	k, err := a.kernel()
+	if err != nil {
+		return 0, err
+	}
+	return k.Active()
+}
+
+// StickQuota reproduces the stuck-quota bug on the host at once, as the
+// sim.macrack.io/quota-stick annotation does without the agent's start
+// that follows: the kernel's counter fills with stuck slots up to the
+// limit, so the next start is refused with code 6 while fewer VMs run.
+// A reboot clears them. It returns how many slots stuck.
+func (a *Agent) StickQuota() (int, error) {
+	k, err := a.kernel()
+	if err != nil {
+		return 0, err
+	}
+	return k.StickSlots(sim.QuotaLimit)
+}
+
+// DiskState is the sim's record of how the VM of instance uid last left
+// its disk: open (running, or its helper died), clean or dirty.
+func (a *Agent) DiskState(uid string) (sim.DiskState, error) {
+	return sim.ReadDiskState(filepath.Join(a.DiskDir(uid), "disk.img"))
+}
+
+// DiskClosedCleanly reports whether the VM of instance uid last closed
+// its disk cleanly (a guest shutdown or a requestStop, not a forced stop).
+func (a *Agent) DiskClosedCleanly(uid string) (bool, error) {
+	return sim.DiskClosedCleanly(filepath.Join(a.DiskDir(uid), "disk.img"))
+}
+
+// Stop stops the agent (not its helpers, which outlive it) and waits, also
+// while its sim host reboots. It may be called more than once.
 func (a *Agent) Stop() error {
 	a.once.Do(func() {
 		a.stop()

@@ -11,4 +11,7 @@ var (
 	ErrKernelState = errors.New("sim kernel state")
 	// ErrStoppedWhileStarting means Stop ended a start before the VM ran.
 	ErrStoppedWhileStarting = errors.New("VM was stopped while starting")
+	// ErrNotAGuest means ShutdownGuest was given a context that is not a
+	// sim guest's.
+	ErrNotAGuest = errors.New("not a sim guest's context")
 )

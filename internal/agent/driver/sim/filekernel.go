@@ -43,6 +43,21 @@ type fileState struct {
 	// from before a reboot never matches one after it.
 	Next  Slot        `json:"next"`
 	Slots []slotEntry `json:"slots"`
+	// MaxActive is the most slots VMs held at once, stuck ones aside. It
+	// survives Reboot: it is the host's record, across boots, that no
+	// third VM ever existed.
+	MaxActive int `json:"maxActive,omitempty"`
+}
+
+// live counts the slots a VM holds, stuck ones aside.
+func (st *fileState) live() int {
+	n := 0
+	for _, e := range st.Slots {
+		if !e.Stuck {
+			n++
+		}
+	}
+	return n
 }
 
 type slotEntry struct {
@@ -73,9 +88,34 @@ func (k *FileKernel) Acquire(owner string) (Slot, error) {
 		st.Next++
 		slot = st.Next
 		st.Slots = append(st.Slots, slotEntry{Slot: slot, PID: k.pid, Owner: owner})
+		st.MaxActive = max(st.MaxActive, st.live())
 		return nil
 	})
 	return slot, err
+}
+
+// StickSlots implements Kernel. The stuck slots have no process, so they
+// outlive every helper, as the field bug's do.
+func (k *FileKernel) StickSlots(n int) (int, error) {
+	added := 0
+	err := k.update(func(st *fileState) error {
+		for ; added < n && len(st.Slots) < QuotaLimit; added++ {
+			st.Next++
+			st.Slots = append(st.Slots, slotEntry{Slot: st.Next, Owner: "stuck", Stuck: true})
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return added, nil
+}
+
+// MaxActive implements Kernel.
+func (k *FileKernel) MaxActive() (int, error) {
+	var n int
+	err := k.update(func(st *fileState) error { n = st.MaxActive; return nil })
+	return n, err
 }
 
 // Release implements Kernel.

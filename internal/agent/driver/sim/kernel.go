@@ -31,6 +31,25 @@ type Kernel interface {
 	// Reboot models a host reboot: every VM is gone and the counter is
 	// zero. The fault switch stays as it is: the bug may come back.
 	Reboot() error
+	// StickSlots reproduces the field bug once, without the fault switch:
+	// up to n slots that no VM holds are counted, stuck, as if VMs had
+	// stopped and the kernel had not let go of them. It never counts past
+	// QuotaLimit, and returns how many it added. Only Reboot clears them.
+	StickSlots(n int) (int, error)
+	// MaxActive is the most VMs the counter ever held at once, stuck
+	// slots aside: the evidence that no third VM ever existed.
+	MaxActive() (int, error)
+}
+
+// live counts the slots a VM holds, stuck ones aside.
+func live(stuck []bool) int {
+	n := 0
+	for _, s := range stuck {
+		if !s {
+			n++
+		}
+	}
+	return n
 }
 
 // limitExceeded is what Virtualization.framework answers a start over the quota.
@@ -45,10 +64,11 @@ func limitExceeded(active int) error {
 // MemKernel is a Kernel in memory, for one simulated host whose VMs all run
 // in this process (the in-process scale mode and fast tests).
 type MemKernel struct {
-	mu    sync.Mutex
-	next  Slot
-	slots map[Slot]bool // slot -> stuck
-	stuck bool
+	mu        sync.Mutex
+	next      Slot
+	slots     map[Slot]bool // slot -> stuck
+	stuck     bool
+	maxActive int
 }
 
 var _ Kernel = (*MemKernel)(nil)
@@ -67,6 +87,11 @@ func (k *MemKernel) Acquire(string) (Slot, error) {
 	}
 	k.next++
 	k.slots[k.next] = false
+	stuck := make([]bool, 0, len(k.slots))
+	for _, s := range k.slots {
+		stuck = append(stuck, s)
+	}
+	k.maxActive = max(k.maxActive, live(stuck))
 	return k.next, nil
 }
 
@@ -106,4 +131,23 @@ func (k *MemKernel) Reboot() error {
 	defer k.mu.Unlock()
 	clear(k.slots)
 	return nil
+}
+
+// StickSlots implements Kernel.
+func (k *MemKernel) StickSlots(n int) (int, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	added := 0
+	for ; added < n && len(k.slots) < QuotaLimit; added++ {
+		k.next++
+		k.slots[k.next] = true
+	}
+	return added, nil
+}
+
+// MaxActive implements Kernel.
+func (k *MemKernel) MaxActive() (int, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.maxActive, nil
 }

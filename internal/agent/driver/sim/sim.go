@@ -1,8 +1,10 @@
 // Package sim is a driver that stands in for Virtualization.framework on
 // Linux (CI, make run) and in tests: VMs that boot in a configurable time,
-// a guest that honours or ignores a shutdown request, vsock streams served
-// by a pluggable GuestHandler, and a Kernel that models the host's
-// two-VM quota exactly, stuck-counter bug included.
+// a guest that honours or ignores a shutdown request (the framework's
+// requestStop, or its own guest agent's), vsock streams served by a
+// pluggable GuestHandler, a record beside each disk of whether it was
+// closed cleanly, and a Kernel that models the host's two-VM quota
+// exactly, stuck-counter bug included.
 package sim
 
 import (
@@ -40,7 +42,23 @@ const (
 	StopGraceful StopKind = "graceful"
 	// StopForced: the VM was forced off.
 	StopForced StopKind = "forced"
+	// StopGuest: the guest shut itself down, asked by its guest agent
+	// (ShutdownGuest).
+	StopGuest StopKind = "guest"
 )
+
+// method is the driver's name for a stop of kind k.
+func (k StopKind) method() driver.StopMethod {
+	switch k {
+	case StopGraceful:
+		return driver.StopRequestStop
+	case StopForced:
+		return driver.StopForced
+	case StopGuest:
+		return driver.StopGuestShutdown
+	}
+	return ""
+}
 
 type options struct {
 	clock         clock.Clock
@@ -63,8 +81,9 @@ func WithBootTime(d time.Duration) Option { return func(o *options) { o.bootTime
 // WithShutdownTime sets how long a guest takes to shut down once asked.
 func WithShutdownTime(d time.Duration) Option { return func(o *options) { o.shutdownTime = d } }
 
-// WithGuestIgnoringShutdown makes the guests ignore shutdown requests, so
-// that every Stop ends in a forced stop after its grace period.
+// WithGuestIgnoringShutdown makes the guests ignore shutdown requests, the
+// framework's and their guest agent's alike (a hung guest), so that every
+// Stop ends in a forced stop after its grace period.
 func WithGuestIgnoringShutdown() Option { return func(o *options) { o.ignoreRequest = true } }
 
 // WithGuestHandler plugs the guest side of DialGuest.
@@ -143,7 +162,58 @@ type VM struct {
 	lastStop   StopKind
 }
 
-var _ driver.VM = (*VM)(nil)
+var (
+	_ driver.VM           = (*VM)(nil)
+	_ driver.StopReporter = (*VM)(nil)
+)
+
+// vmKey carries, in a guest's context, the VM the guest runs in.
+type vmKey struct{}
+
+// ShutdownGuest is what a sim guest does when its guest agent is asked to
+// shut macOS down (`shutdown -h now` on a Mac): the VM powers off cleanly
+// once the shutdown time has passed. ctx is the one a GuestHandler is
+// given. A guest that ignores shutdown requests (WithGuestIgnoringShutdown)
+// says nothing and stays up, as a hung guest would.
+func ShutdownGuest(ctx context.Context) error {
+	v, ok := ctx.Value(vmKey{}).(*VM)
+	if !ok {
+		return ErrNotAGuest
+	}
+	v.shutdownFromGuest()
+	return nil
+}
+
+// shutdownFromGuest starts the guest's own shutdown of a running VM. A
+// Stop that comes meanwhile waits for it, as it waits for its own.
+func (v *VM) shutdownFromGuest() {
+	if v.d.opts.ignoreRequest {
+		v.log.Info("Guest ignores the shutdown request")
+		return
+	}
+	v.mu.Lock()
+	if v.state != driver.StateRunning {
+		v.mu.Unlock()
+		return
+	}
+	done := make(chan struct{})
+	v.state, v.stopDone = driver.StateStopping, done
+	v.mu.Unlock()
+	v.log.Info("Guest shutting down")
+	go func() {
+		t := v.d.opts.clock.NewTimer(v.d.opts.shutdownTime)
+		defer t.Stop()
+		<-t.C()
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		if v.stopDone != done {
+			return // another stop finished the VM first
+		}
+		if err := v.finishLocked(StopGuest); err != nil {
+			v.log.Error(err, "Releasing the quota slot after the guest's shutdown failed")
+		}
+	}()
+}
 
 // Start implements driver.VM: it takes a quota slot, then boots for the
 // boot time. A start over the quota fails with the code-6 VZError.
@@ -160,6 +230,8 @@ func (v *VM) Start(ctx context.Context) error {
 		v.mu.Unlock()
 		return fmt.Errorf("starting VM %s: %w", v.spec.Name, err)
 	}
+	// The disk is open from here: a helper killed now leaves it "open".
+	v.recordDisk(DiskOpen)
 	bootCtx, cancel := context.WithCancel(ctx)
 	v.starts++
 	start := v.starts
@@ -181,10 +253,12 @@ func (v *VM) Start(ctx context.Context) error {
 	}
 	if err := ctx.Err(); err != nil {
 		v.state = driver.StateStopped
+		v.recordDisk(DiskDirty)
 		return fmt.Errorf("starting VM %s: %w", v.spec.Name, errors.Join(err, v.d.kernel.Release(slot)))
 	}
 	v.state = driver.StateRunning
-	v.guestCtx, v.guestEnd = context.WithCancel(context.WithValue(context.Background(), specKey{}, v.spec))
+	guestCtx := context.WithValue(context.WithValue(context.Background(), specKey{}, v.spec), vmKey{}, v)
+	v.guestCtx, v.guestEnd = context.WithCancel(guestCtx)
 	v.log.Info("VM running", "slot", slot)
 	return nil
 }
@@ -252,6 +326,11 @@ func (v *VM) finishLocked(kind StopKind) error {
 	}
 	clear(v.conns)
 	v.state, v.lastStop = driver.StateStopped, kind
+	if kind == StopForced {
+		v.recordDisk(DiskDirty)
+	} else {
+		v.recordDisk(DiskClean)
+	}
 	if v.stopDone != nil {
 		close(v.stopDone)
 		v.stopDone = nil
@@ -275,6 +354,20 @@ func (v *VM) LastStop() StopKind {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.lastStop
+}
+
+// LastStopMethod implements driver.StopReporter.
+func (v *VM) LastStopMethod() driver.StopMethod {
+	return v.LastStop().method()
+}
+
+// recordDisk writes the disk's state beside it. The record is the sim's
+// evidence of a clean close, which a real disk image does not keep: a
+// failure to write it is logged, and the VM goes on.
+func (v *VM) recordDisk(st DiskState) {
+	if err := writeDiskState(v.spec.DiskPath, st); err != nil {
+		v.log.Error(err, "Recording the disk's state failed", "state", st)
+	}
 }
 
 // DialGuest implements driver.VM: it returns one end of a pipe whose other

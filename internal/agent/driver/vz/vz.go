@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	vzf "github.com/Code-Hex/vz/v3"
@@ -183,9 +184,30 @@ type VM struct {
 	spec vmspec.VMSpec
 	opts options
 	log  logr.Logger
+
+	// lastStop is how Stop last brought the VM down since its last start;
+	// empty when the guest went down by itself.
+	mu       sync.Mutex
+	lastStop driver.StopMethod
 }
 
-var _ driver.VM = (*VM)(nil)
+var (
+	_ driver.VM           = (*VM)(nil)
+	_ driver.StopReporter = (*VM)(nil)
+)
+
+// LastStopMethod implements driver.StopReporter.
+func (v *VM) LastStopMethod() driver.StopMethod {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.lastStop
+}
+
+func (v *VM) setLastStop(m driver.StopMethod) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.lastStop = m
+}
 
 // Start implements driver.VM. A start over the host's quota fails with
 // code 6, driver.CodeVirtualMachineLimitExceeded.
@@ -197,6 +219,7 @@ func (v *VM) Start(ctx context.Context) error {
 	if err := v.vm.Start(); err != nil {
 		return fmt.Errorf("starting VM %s: %w", v.spec.Name, mapError(err))
 	}
+	v.setLastStop("")
 	return nil
 }
 
@@ -209,6 +232,7 @@ func (v *VM) Stop(ctx context.Context, graceful time.Duration) error {
 		if _, err := v.vm.RequestStop(); err != nil {
 			v.log.Error(mapError(err), "Guest stop request failed; forcing")
 		} else if v.waitStopped(ctx, graceful) {
+			v.setLastStop(driver.StopRequestStop)
 			v.log.Info("VM stopped", "stop", "graceful")
 			return nil
 		}
@@ -223,6 +247,7 @@ func (v *VM) Stop(ctx context.Context, graceful time.Duration) error {
 	if err := v.vm.Stop(); err != nil {
 		return fmt.Errorf("stopping VM %s: %w", v.spec.Name, mapError(err))
 	}
+	v.setLastStop(driver.StopForced)
 	v.log.Info("VM stopped", "stop", "forced")
 	return nil
 }

@@ -1,0 +1,213 @@
+package instances
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/agent/driver"
+	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
+	"github.com/boualleiguie/macrack-operator/internal/guest"
+)
+
+// StopReasonChassisQuarantined is status.runtime.lastStop.reason for a VM
+// stopped because its chassis' kernel VM quota stuck.
+const StopReasonChassisQuarantined = "ChassisQuarantined"
+
+// fenced reports whether the chassis is in the quarantine loop: while its
+// phase is Quarantined or Rebooting, no tenant VM may run on it.
+func fenced(mn *fleetv1alpha1.MacNode) bool {
+	p := mn.Status.Phase
+	return p == fleetv1alpha1.MacNodeQuarantined || p == fleetv1alpha1.MacNodeRebooting
+}
+
+// fence keeps the instance's VM down while its chassis is quarantined: a
+// VM that runs is stopped gracefully, how is recorded in
+// status.runtime.lastStop, and the inventory is reported at once, since
+// the operator asks for the reboot only when it lists no VM running.
+func (r *Instances) fence(ctx context.Context, log logr.Logger, inst *computev1alpha1.MacOSInstance, mn *fleetv1alpha1.MacNode) (ctrl.Result, error) {
+	key := client.ObjectKeyFromObject(inst)
+	method, err := r.stopGracefully(ctx, log, string(inst.UID))
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("stopping %s on quarantined chassis %s: %w", key, r.NodeName, err)
+	}
+	var stop *computev1alpha1.VMStop
+	if method != "" {
+		stop = &computev1alpha1.VMStop{Method: method, Reason: StopReasonChassisQuarantined,
+			At: metav1.NewTime(r.Clock.Now().UTC().Truncate(time.Second))}
+		log.Info("Stopped the VM of a quarantined chassis", "MacOSInstance", key, "stop", method)
+		r.Recorder.Eventf(mn, nil, corev1.EventTypeNormal, fleetv1alpha1.ReasonStoppingVMs, "Stop",
+			"Stopped the VM of instance %s on chassis %s (%s): its kernel VM quota stuck", key, mn.Spec.Serial, method)
+		if err := r.ReportInventory(ctx, log); err != nil {
+			log.Error(err, "Reporting the inventory after a quarantine stop failed; the reaper reports it on its next pass")
+		}
+	}
+	return ctrl.Result{RequeueAfter: r.Poll}, r.reportStopped(ctx, inst, quarantineMessage(mn), stop)
+}
+
+// quarantineMessage tells the tenant, in status.runtime.message, why the VM
+// is down and when it comes back.
+func quarantineMessage(mn *fleetv1alpha1.MacNode) string {
+	switch q := mn.Status.Quarantine; {
+	case q != nil && q.NeedsAttention:
+		return fmt.Sprintf("chassis %s is quarantined: its kernel VM quota stuck more than %d times in 24 hours; the VM stays stopped until a person has looked at the chassis",
+			mn.Spec.Serial, fleetv1alpha1.MaxQuarantinesPerDay)
+	case mn.Status.Phase == fleetv1alpha1.MacNodeRebooting:
+		return fmt.Sprintf("chassis %s is quarantined because its kernel VM quota stuck, and its host is rebooting to clear it; the VM is stopped and restarts after the reboot", mn.Spec.Serial)
+	}
+	return fmt.Sprintf("chassis %s is quarantined because its kernel VM quota stuck; the VM is stopped and restarts after the host reboots", mn.Spec.Serial)
+}
+
+// reportStopped writes phase Stopped with msg, and stop as lastStop if the
+// agent just stopped the VM (else the last stop recorded stays).
+func (r *Instances) reportStopped(ctx context.Context, inst *computev1alpha1.MacOSInstance, msg string, stop *computev1alpha1.VMStop) error {
+	rt := computev1alpha1.RuntimeStatus{Phase: computev1alpha1.VMStopped, Message: truncate(msg, maxMessage)}
+	if old := inst.Status.Runtime; old != nil {
+		rt.WipedAt, rt.Wipe, rt.LastStop = old.WipedAt, old.Wipe, old.LastStop
+		// The guest's last word stays; a stopped VM takes no work.
+		rt.BootStage, rt.XcodeVersions, rt.DiskHeadroom, rt.LastReportAt = old.BootStage, old.XcodeVersions, old.DiskHeadroom, old.LastReportAt
+	}
+	if stop != nil {
+		rt.LastStop = stop
+	}
+	return r.writeRuntime(ctx, inst, rt)
+}
+
+// stopGracefully stops the VM of instance uid, gentlest first, then ends
+// its helper, so that the inventory lists no VM for it. It returns how the
+// VM went down, or "" when no VM ran.
+func (r *Instances) stopGracefully(ctx context.Context, log logr.Logger, uid string) (computev1alpha1.StopMethod, error) {
+	helpers, err := r.Launcher.Running()
+	if err != nil {
+		return "", fmt.Errorf("listing the VM helpers: %w", err)
+	}
+	sock, ok := helpers[uid]
+	if !ok {
+		return "", nil
+	}
+	method, err := r.stopVM(ctx, log, uid, sock)
+	if err != nil {
+		return "", err
+	}
+	if err := r.Launcher.Remove(ctx, uid); err != nil {
+		return method, fmt.Errorf("removing the helper of %s: %w", uid, err)
+	}
+	return method, nil
+}
+
+// stopVM stops the VM behind sock in the order the quarantine loop owes
+// the tenant's disk: the guest agent is asked to shut macOS down, and gets
+// half of StopGrace; then the framework's requestStop gets the rest; only
+// then is the VM forced off. The whole takes at most about StopGrace.
+func (r *Instances) stopVM(ctx context.Context, log logr.Logger, uid, sock string) (computev1alpha1.StopMethod, error) {
+	log = log.WithValues("instanceUID", uid)
+	dctx, cancel := context.WithTimeout(ctx, helperAnswerTimeout)
+	c, err := helper.Dial(dctx, sock)
+	cancel()
+	if err != nil {
+		// A helper that does not answer cannot be asked: removing it kills
+		// it, and its VM with it.
+		log.Info("The helper does not answer; its VM goes down with it", "error", err.Error())
+		return computev1alpha1.StopForced, nil
+	}
+	defer c.Close()
+	state, err := c.State(ctx)
+	if err != nil {
+		log.Info("The helper does not say its VM's state; its VM goes down with it", "error", err.Error())
+		return computev1alpha1.StopForced, nil
+	}
+	if state == driver.StateStopped || state == driver.StateError {
+		return "", nil
+	}
+	began := r.Clock.Now()
+	asked := false
+	if state == driver.StateRunning {
+		if asked = r.askGuestToShutDown(ctx, log, c); asked && r.waitStopped(ctx, c, r.StopGrace/2) {
+			return computev1alpha1.StopGuestShutdown, nil
+		}
+	}
+	grace := max(r.StopGrace-r.Clock.Since(began), r.StopGrace/2)
+	log.Info("Stopping the VM with the framework's requestStop", "guestAsked", asked, "grace", grace.String())
+	m, err := c.StopVM(ctx, grace)
+	if err != nil {
+		return "", fmt.Errorf("stopping the VM of %s: %w", uid, err)
+	}
+	switch {
+	case m != "":
+		return computev1alpha1.StopMethod(m), nil
+	case asked:
+		// Down by itself, once its guest was asked: the guest's shutdown.
+		return computev1alpha1.StopGuestShutdown, nil
+	}
+	// A helper too old to say: the disk may not be consistent.
+	return computev1alpha1.StopForced, nil
+}
+
+// guestShutdownTimeout bounds reaching the guest agent and its answer.
+const guestShutdownTimeout = 5 * time.Second
+
+// askGuestToShutDown asks the guest agent, through the helper's vsock
+// proxy, to shut macOS down. It reports whether the request may have
+// reached a guest that honours it: true on its acknowledgement, and when
+// the connection broke after the handshake (a guest that powers off can
+// take its answer with it); false when the guest cannot be reached, or
+// says it cannot.
+func (r *Instances) askGuestToShutDown(ctx context.Context, log logr.Logger, c *helper.Client) bool {
+	ctx, cancel := context.WithTimeout(ctx, guestShutdownTimeout)
+	defer cancel()
+	conn, err := c.DialGuest(ctx, r.GuestPort)
+	if err != nil {
+		log.Info("The guest agent is not reachable; going on to requestStop", "error", err.Error())
+		return false
+	}
+	gc := guest.NewClient(conn)
+	defer gc.Close()
+	if _, err := gc.Handshake(ctx); err != nil {
+		log.Info("The guest agent does not answer; going on to requestStop", "error", err.Error())
+		return false
+	}
+	switch err := gc.Shutdown(ctx); {
+	case err == nil:
+		log.Info("The guest agent is shutting the guest down")
+		return true
+	case errors.Is(err, guest.ErrShutdownUnsupported), errors.Is(err, guest.ErrRemote):
+		log.Info("The guest agent cannot shut the guest down; going on to requestStop", "error", err.Error())
+		return false
+	default:
+		log.Info("The guest agent took the shutdown request but did not acknowledge it; waiting for the guest", "error", err.Error())
+		return true
+	}
+}
+
+// stopPoll is how often a VM whose guest shuts down is looked at.
+const stopPoll = 50 * time.Millisecond
+
+// waitStopped waits up to d for the helper's VM to stop.
+func (r *Instances) waitStopped(ctx context.Context, c *helper.Client, d time.Duration) bool {
+	deadline := r.Clock.NewTimer(d)
+	defer deadline.Stop()
+	tick := r.Clock.NewTicker(stopPoll)
+	defer tick.Stop()
+	for {
+		if st, err := c.State(ctx); err == nil && (st == driver.StateStopped || st == driver.StateError) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-deadline.C():
+			st, err := c.State(ctx)
+			return err == nil && (st == driver.StateStopped || st == driver.StateError)
+		case <-tick.C():
+		}
+	}
+}
