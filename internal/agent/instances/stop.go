@@ -36,6 +36,13 @@ func fenced(mn *fleetv1alpha1.MacNode) bool {
 // the operator asks for the reboot only when it lists no VM running.
 func (r *Instances) fence(ctx context.Context, log logr.Logger, inst *computev1alpha1.MacOSInstance, mn *fleetv1alpha1.MacNode) (ctrl.Result, error) {
 	key := client.ObjectKeyFromObject(inst)
+	if helpers, err := r.Launcher.Running(); err == nil && helpers[string(inst.UID)] != "" {
+		// Say so before the stop, which takes up to the grace period: the
+		// tenant sees the VM go down, and why, while it does.
+		if err := r.report(ctx, inst, computev1alpha1.VMStopping, quarantineMessage(mn), nil); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	method, err := r.stopGracefully(ctx, log, string(inst.UID))
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("stopping %s on quarantined chassis %s: %w", key, r.NodeName, err)
@@ -126,7 +133,13 @@ func (r *Instances) stopVM(ctx context.Context, log logr.Logger, uid, sock strin
 		return computev1alpha1.StopForced, nil
 	}
 	if state == driver.StateStopped || state == driver.StateError {
-		return "", nil
+		// Down already: stopped by an agent killed before it recorded how.
+		// The helper still knows; a VM that never ran says "".
+		m, err := c.StopVM(ctx, 0)
+		if err != nil {
+			return "", nil
+		}
+		return computev1alpha1.StopMethod(m), nil
 	}
 	began := r.Clock.Now()
 	asked := false

@@ -73,6 +73,9 @@ type AgentOptions struct {
 	// StopGrace bounds a graceful stop of a VM before it is forced off;
 	// the agent's 30s if zero.
 	StopGrace time.Duration
+	// HelperArgs are added to each vm-helper's command line, for example
+	// --sim-shutdown-time.
+	HelperArgs []string
 }
 
 // StartAgent enrolls the chassis (as macrackctl node enroll does) if need
@@ -108,7 +111,7 @@ func (e *Env) StartAgent(o AgentOptions) (*Agent, error) {
 	cfg.BearerToken, cfg.BearerTokenFile = "", tokenFile
 	launcher, err := helper.NewExecLauncher(helper.ExecConfig{
 		Dir: filepath.Join(o.StateDir, "run"), HelperPath: o.HelperPath, Driver: "sim",
-		KernelStateDir: filepath.Join(o.StateDir, "kernel"), KillAfter: 10 * time.Second, Log: o.Log,
+		KernelStateDir: filepath.Join(o.StateDir, "kernel"), KillAfter: 10 * time.Second, Log: o.Log, ExtraArgs: o.HelperArgs,
 	})
 	if err != nil {
 		return nil, err

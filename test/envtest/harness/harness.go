@@ -120,3 +120,22 @@ func (e *Env) WatchClient() client.WithWatch {
 	}
 	return c
 }
+
+// AdminKubeconfig writes a kubeconfig of a cluster administrator
+// (system:masters) into dir, for the command-line tools a suite runs as an
+// administrator would, and returns its path.
+func (e *Env) AdminKubeconfig(dir string) (string, error) {
+	user, err := e.Environment.ControlPlane.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", fmt.Errorf("adding an administrator: %w", err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "admin.kubeconfig")
+	if err := os.WriteFile(path, kc, 0o600); err != nil {
+		return "", err
+	}
+	return path, nil
+}
