@@ -240,11 +240,14 @@ func (c Config) reportFactsOnce(ctx context.Context, cl client.Client, lastQuota
 // first, then the quota is read and the facts written with no quota
 // report of the loop in between, which the write would undo.
 func (c Config) reportFactsWith(ctx context.Context, cl client.Client, reportingQuota func(func(*fleetv1alpha1.QuotaReport) error) error) error {
-	facts, err := c.Facts.Facts(ctx)
-	if err != nil {
-		return err
-	}
+	// A source that could read only some facts returns them with why the
+	// rest are unknown: they are reported all the same, the unknown ones
+	// cleared, so that the operator judges what is known now.
+	facts, factsErr := c.Facts.Facts(ctx)
 	if facts == nil {
+		if factsErr != nil {
+			return factsErr
+		}
 		facts = &fleetv1alpha1.ReportedFacts{}
 	}
 	if c.BootID != nil {
@@ -260,15 +263,19 @@ func (c Config) reportFactsWith(ctx context.Context, cl client.Client, reporting
 	// and the wipes theirs, reportImages: a facts source's word on them
 	// would undo those writers'.
 	facts.Inventory, facts.Images, facts.ImageCache, facts.Wipes = nil, nil, nil, nil
-	return reportingQuota(func(last *fleetv1alpha1.QuotaReport) error {
-		if last != nil {
+	return errors.Join(factsErr, reportingQuota(func(last *fleetv1alpha1.QuotaReport) error {
+		switch {
+		case last != nil:
 			facts.Quota = last
-		} else if facts.Quota != nil {
+		case facts.Quota != nil:
 			// The facts source's word is about the boot it was read in.
 			facts.Quota.BootID = facts.BootID
+		default:
+			// No refusal seen in this boot.
+			facts.Quota = &fleetv1alpha1.QuotaReport{State: fleetv1alpha1.QuotaOK, BootID: facts.BootID}
 		}
 		return host.ReportFacts(ctx, cl, c.NodeName, facts)
-	})
+	}))
 }
 
 func ptrTrue() *bool { t := true; return &t }

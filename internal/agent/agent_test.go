@@ -2,9 +2,12 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -108,5 +111,59 @@ func TestTheFactsReportCarriesTheBootIDAndAWholeQuota(t *testing.T) {
 	}
 	if q := r.Quota; q.State != fleetv1alpha1.QuotaOK || q.BootID != "boot-2" || q.Probe != nil || q.LastErrorCode != 0 || q.LastErrorAt != nil || q.RunningVMs != 0 {
 		t.Errorf("quota %+v, want the facts source's OK of boot-2 and nothing of the report before", q)
+	}
+}
+
+// partialFacts is a facts source that could read only some facts.
+type partialFacts struct{}
+
+func (partialFacts) Facts(context.Context) (*fleetv1alpha1.ReportedFacts, error) {
+	return &fleetv1alpha1.ReportedFacts{Chip: "M4"}, errors.New("sipEnabled unknown: csrutil timed out")
+}
+
+// A fact that turns unknown is cleared, not left at its last value: a SIP
+// read that fails must not leave an old sipEnabled=true, nor a boot-arg
+// read that finds none an old quota boot-arg. The facts read are reported
+// all the same, and the other writers' fields stay. The control: a facts
+// source that reads SIP on keeps it on.
+func TestAFactThatTurnsUnknownIsClearedAndTheRestReported(t *testing.T) {
+	scheme, err := macrackscheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := &fleetv1alpha1.HostInventory{ObservedAt: metav1.Now()}
+	mn := &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: testNode},
+		Spec: fleetv1alpha1.MacNodeSpec{Serial: "C02TEST00001", NodeClassName: "m4-test"},
+		Status: fleetv1alpha1.MacNodeStatus{Reported: &fleetv1alpha1.ReportedFacts{SIPEnabled: ptr.To(true),
+			BootArgs: "hv_apple_isa_vm_quota" + "=4", Chip: "M2", Inventory: inv}}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(mn).WithStatusSubresource(&fleetv1alpha1.MacNode{}).Build()
+	reported := func() *fleetv1alpha1.ReportedFacts {
+		t.Helper()
+		got := &fleetv1alpha1.MacNode{}
+		if err := c.Get(context.Background(), client.ObjectKey{Name: testNode}, got); err != nil {
+			t.Fatal(err)
+		}
+		return got.Status.Reported
+	}
+
+	control := Config{NodeName: testNode, Facts: host.StaticFacts{Reported: &fleetv1alpha1.ReportedFacts{SIPEnabled: ptr.To(true), Chip: "M4"}}}
+	if err := control.reportFactsOnce(context.Background(), c, func() *fleetv1alpha1.QuotaReport { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if r := reported(); r.SIPEnabled == nil || !*r.SIPEnabled || r.BootArgs != "" || r.Inventory == nil {
+		t.Fatalf("control: sipEnabled %v bootArgs %q inventory %v, want SIP on, no boot-args and the reaper's inventory", r.SIPEnabled, r.BootArgs, r.Inventory)
+	}
+
+	cfg := Config{NodeName: testNode, Facts: partialFacts{}}
+	err = cfg.reportFactsOnce(context.Background(), c, func() *fleetv1alpha1.QuotaReport { return nil })
+	if err == nil || !strings.Contains(err.Error(), "sipEnabled unknown") {
+		t.Fatalf("want the unknown facts' error back, got %v", err)
+	}
+	r := reported()
+	if r.SIPEnabled != nil || r.Chip != "M4" || r.Inventory == nil {
+		t.Fatalf("after a failed SIP read: sipEnabled %v chip %q inventory %v, want SIP cleared, the chip read, the inventory kept", r.SIPEnabled, r.Chip, r.Inventory)
+	}
+	if r.Quota == nil || r.Quota.State != fleetv1alpha1.QuotaOK {
+		t.Fatalf("quota %+v, want OK: no refusal seen in this boot", r.Quota)
 	}
 }

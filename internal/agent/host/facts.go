@@ -27,21 +27,27 @@ func (s StaticFacts) Facts(context.Context) (*fleetv1alpha1.ReportedFacts, error
 	return s.Reported.DeepCopy(), nil
 }
 
+// otherWriters are the status.reported fields that other loops of the
+// agent write, each its own: a facts report that leaves one out leaves it
+// as it is.
+var otherWriters = map[string]bool{"inventory": true, "images": true, "imageCache": true, "wipes": true}
+
 // ReportFacts writes status.reported of the agent's own MacNode, and
 // nothing else: a merge patch of that one field, so that it never races
 // the operator's binding, slots or phase. Failing facts are reported all
-// the same; the operator decides what they mean. A quota in facts replaces
-// the one reported before whole (QuotaPatch).
+// the same; the operator decides what they mean. Every fact is named: one
+// facts leaves unset (unknown, say SIP after a failed read) is cleared,
+// rather than an older value surviving the merge. A quota in facts
+// replaces the one reported before whole (QuotaPatch).
 func ReportFacts(ctx context.Context, c client.Client, nodeName string, facts *fleetv1alpha1.ReportedFacts) error {
-	b, err := json.Marshal(facts)
+	if facts == nil {
+		facts = &fleetv1alpha1.ReportedFacts{}
+	}
+	reported, err := wholePatch(facts, otherWriters)
 	if err != nil {
 		return err
 	}
-	reported := map[string]any{}
-	if err := json.Unmarshal(b, &reported); err != nil {
-		return err
-	}
-	if facts != nil && facts.Quota != nil {
+	if facts.Quota != nil {
 		if reported["quota"], err = QuotaPatch(facts.Quota); err != nil {
 			return err
 		}
@@ -63,7 +69,14 @@ func ReportFacts(ctx context.Context, c client.Client, nodeName string, facts *f
 // those q leaves out as null. Merged, a field left out would survive from
 // an older report: a stale probe of an earlier boot, an old error code.
 func QuotaPatch(q *fleetv1alpha1.QuotaReport) (map[string]any, error) {
-	b, err := json.Marshal(q)
+	return wholePatch(q, nil)
+}
+
+// wholePatch is v, a struct pointer, as a merge patch that names every
+// field of its type, the ones v leaves out as null, but those in keep,
+// which it names only when v sets them.
+func wholePatch[T any](v *T, keep map[string]bool) (map[string]any, error) {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
 	}
@@ -71,10 +84,10 @@ func QuotaPatch(q *fleetv1alpha1.QuotaReport) (map[string]any, error) {
 	if err := json.Unmarshal(b, &out); err != nil {
 		return nil, err
 	}
-	t := reflect.TypeFor[fleetv1alpha1.QuotaReport]()
+	t := reflect.TypeFor[T]()
 	for i := range t.NumField() {
 		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		if _, ok := out[name]; !ok && name != "" && name != "-" {
+		if _, ok := out[name]; !ok && name != "" && name != "-" && !keep[name] {
 			out[name] = nil
 		}
 	}
