@@ -309,6 +309,12 @@ type HostInventory struct {
 	// observedAt is when the agent looked.
 	// +required
 	ObservedAt metav1.Time `json:"observedAt"`
+	// quarantinedAt is the quarantinedAt of the quarantine the agent had
+	// seen when it looked, if any: the operator asks for the reboot only
+	// on an inventory taken under that fence, whatever the two hosts'
+	// clocks say.
+	// +optional
+	QuarantinedAt *metav1.Time `json:"quarantinedAt,omitempty"`
 }
 
 // HostVM is one VM on the chassis.

@@ -164,6 +164,10 @@ func (r *Instances) reportInventoryLocked(ctx context.Context, log logr.Logger, 
 	if err != nil {
 		return err
 	}
+	if q := mn.Status.Quarantine; q.Active() && fenced(mn) {
+		// Taken under the fence: the instance loop starts no VM now.
+		inv.QuarantinedAt = q.QuarantinedAt.DeepCopy()
+	}
 	if old := mn.Status.Reported; old != nil && old.Inventory != nil && sameHoldings(*old.Inventory, inv) &&
 		!staleInQuarantine(mn, old.Inventory) {
 		return nil
@@ -181,12 +185,12 @@ func (r *Instances) reportInventoryLocked(ctx context.Context, log logr.Logger, 
 	return nil
 }
 
-// staleInQuarantine reports whether inv was observed before the chassis'
-// quarantine began: the operator asks for the reboot only on an inventory
-// observed since, so an unchanged one is reported again.
+// staleInQuarantine reports whether inv was not taken under the chassis'
+// current quarantine: the operator asks for the reboot only on one that
+// was, so an unchanged one is reported again.
 func staleInQuarantine(mn *fleetv1alpha1.MacNode, inv *fleetv1alpha1.HostInventory) bool {
 	q := mn.Status.Quarantine
-	return q.Active() && inv.ObservedAt.Before(&q.QuarantinedAt)
+	return q.Active() && fenced(mn) && (inv.QuarantinedAt == nil || !inv.QuarantinedAt.Equal(&q.QuarantinedAt))
 }
 
 // inventoryPatch is a merge patch of status.reported.inventory. An empty
@@ -200,7 +204,8 @@ func inventoryPatch(inv fleetv1alpha1.HostInventory) ([]byte, error) {
 		return v
 	}
 	return json.Marshal(map[string]any{"status": map[string]any{"reported": map[string]any{"inventory": map[string]any{
-		"vms": field(len(inv.VMs), inv.VMs), "disks": field(len(inv.Disks), inv.Disks), "observedAt": inv.ObservedAt}}}})
+		"vms": field(len(inv.VMs), inv.VMs), "disks": field(len(inv.Disks), inv.Disks), "observedAt": inv.ObservedAt,
+		"quarantinedAt": inv.QuarantinedAt}}}})
 }
 
 // inventory lists the chassis' VMs, from their helpers, and its instance

@@ -43,7 +43,8 @@ func (r *Instances) fence(ctx context.Context, log logr.Logger, inst *computev1a
 			return ctrl.Result{}, err
 		}
 	}
-	method, err := r.stopGracefully(ctx, log, string(inst.UID))
+	uid := string(inst.UID)
+	method, err := r.stopGracefully(ctx, log, uid)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("stopping %s on quarantined chassis %s: %w", key, r.NodeName, err)
 	}
@@ -54,11 +55,22 @@ func (r *Instances) fence(ctx context.Context, log logr.Logger, inst *computev1a
 		log.Info("Stopped the VM of a quarantined chassis", "MacOSInstance", key, "stop", method)
 		r.Recorder.Eventf(mn, nil, corev1.EventTypeNormal, fleetv1alpha1.ReasonStoppingVMs, "Stop",
 			"Stopped the VM of instance %s on chassis %s (%s): its kernel VM quota stuck", key, mn.Spec.Serial, method)
+	}
+	// The record first, then the helper goes, and only then does the
+	// inventory say no VM is left: the reboot it allows ends this agent,
+	// and the helper is what knows how the VM went down.
+	if err := r.reportStopped(ctx, inst, quarantineMessage(mn), stop); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.Launcher.Remove(ctx, uid); err != nil {
+		return ctrl.Result{}, fmt.Errorf("removing the helper of %s: %w", uid, err)
+	}
+	if method != "" {
 		if err := r.ReportInventory(ctx, log); err != nil {
 			log.Error(err, "Reporting the inventory after a quarantine stop failed; the reaper reports it on its next pass")
 		}
 	}
-	return ctrl.Result{RequeueAfter: r.Poll}, r.reportStopped(ctx, inst, quarantineMessage(mn), stop)
+	return ctrl.Result{RequeueAfter: r.Poll}, nil
 }
 
 // quarantineMessage tells the tenant, in status.runtime.message, why the VM
@@ -89,9 +101,9 @@ func (r *Instances) reportStopped(ctx context.Context, inst *computev1alpha1.Mac
 	return r.writeRuntime(ctx, inst, rt)
 }
 
-// stopGracefully stops the VM of instance uid, gentlest first, then ends
-// its helper, so that the inventory lists no VM for it. It returns how the
-// VM went down, or "" when no VM ran.
+// stopGracefully stops the VM of instance uid, gentlest first, and
+// returns how it went down, or "" when no VM ran. Its helper stays, to be
+// asked again, until the caller has recorded the stop.
 func (r *Instances) stopGracefully(ctx context.Context, log logr.Logger, uid string) (computev1alpha1.StopMethod, error) {
 	helpers, err := r.Launcher.Running()
 	if err != nil {
@@ -101,14 +113,7 @@ func (r *Instances) stopGracefully(ctx context.Context, log logr.Logger, uid str
 	if !ok {
 		return "", nil
 	}
-	method, err := r.stopVM(ctx, log, uid, sock)
-	if err != nil {
-		return "", err
-	}
-	if err := r.Launcher.Remove(ctx, uid); err != nil {
-		return method, fmt.Errorf("removing the helper of %s: %w", uid, err)
-	}
-	return method, nil
+	return r.stopVM(ctx, log, uid, sock)
 }
 
 // stopVM stops the VM behind sock in the order the quarantine loop owes

@@ -156,11 +156,13 @@ func evidence(q *fleetv1alpha1.QuotaReport, capacity int32) string {
 		q.LastErrorCode, at, q.RunningVMs, capacity, q.BootID)
 }
 
-// vmsStopped reports whether the agent says, since the quarantine began,
-// that no VM is left running on the chassis. The agent checks for itself
+// vmsStopped reports whether the agent says, in an inventory it took
+// under this quarantine's fence, that no VM is left running on the
+// chassis. The inventory names the quarantine it saw, so that no clock of
+// the agent's is compared with the operator's. The agent checks for itself
 // again before it reboots; this only decides when to ask.
 func vmsStopped(rep *fleetv1alpha1.ReportedFacts, q *fleetv1alpha1.QuarantineStatus) bool {
-	if rep == nil || rep.Inventory == nil || rep.Inventory.ObservedAt.Before(&q.QuarantinedAt) {
+	if rep == nil || rep.Inventory == nil || rep.Inventory.QuarantinedAt == nil || !rep.Inventory.QuarantinedAt.Equal(&q.QuarantinedAt) {
 		return false
 	}
 	for _, vm := range rep.Inventory.VMs {

@@ -124,10 +124,23 @@ func (l *loop) stuck() *fleetv1alpha1.MacNode {
 	})
 }
 
+// stopped reports, as the agent does under the fence, no VM left.
 func (l *loop) stopped() *fleetv1alpha1.MacNode {
 	l.t.Helper()
+	return l.inventory(nil, true)
+}
+
+// inventory reports vms; fenced says whether the agent took it under the
+// current quarantine.
+func (l *loop) inventory(vms []fleetv1alpha1.HostVM, fenced bool) *fleetv1alpha1.MacNode {
+	l.t.Helper()
+	mn := l.pass()
+	var at *metav1.Time
+	if q := mn.Status.Quarantine; fenced && q != nil {
+		at = q.QuarantinedAt.DeepCopy()
+	}
 	return l.agent(func(f *fleetv1alpha1.ReportedFacts) {
-		f.Inventory = &fleetv1alpha1.HostInventory{ObservedAt: metav1.NewTime(l.clock.Now())}
+		f.Inventory = &fleetv1alpha1.HostInventory{ObservedAt: metav1.NewTime(l.clock.Now()), VMs: vms, QuarantinedAt: at}
 	})
 }
 
@@ -251,18 +264,20 @@ func TestTheQuarantineLoopGivesTheChassisBackToItsLease(t *testing.T) {
 	if mn = l.pass(); mn.Status.Quarantine.RebootRequestedAt != nil {
 		t.Fatal("stop: the reboot was asked before the agent reported its VMs stopped")
 	}
-	// An inventory from before the fence does not count.
+	// An empty inventory not taken under this fence does not count, even
+	// one stamped later than the quarantine by the agent's clock.
 	l.clock.Step(time.Minute)
-	mn = l.agent(func(f *fleetv1alpha1.ReportedFacts) {
-		f.Inventory = &fleetv1alpha1.HostInventory{ObservedAt: metav1.NewTime(l.clock.Now().Add(-time.Hour))}
-	})
-	if mn.Status.Quarantine.RebootRequestedAt != nil {
-		t.Fatal("stop: an inventory older than the quarantine asked for the reboot")
+	if mn = l.inventory(nil, false); mn.Status.Quarantine.RebootRequestedAt != nil {
+		t.Fatal("stop: an inventory not taken under the fence asked for the reboot")
 	}
 	mn = l.agent(func(f *fleetv1alpha1.ReportedFacts) {
-		f.Inventory = &fleetv1alpha1.HostInventory{ObservedAt: metav1.NewTime(l.clock.Now()), VMs: []fleetv1alpha1.HostVM{{UID: "i-1", State: "Running"}}}
+		earlier := metav1.NewTime(mn.Status.Quarantine.QuarantinedAt.Add(-time.Hour))
+		f.Inventory = &fleetv1alpha1.HostInventory{ObservedAt: metav1.NewTime(l.clock.Now()), QuarantinedAt: &earlier}
 	})
 	if mn.Status.Quarantine.RebootRequestedAt != nil {
+		t.Fatal("stop: an inventory taken under an earlier quarantine asked for the reboot")
+	}
+	if mn = l.inventory([]fleetv1alpha1.HostVM{{UID: "i-1", State: "Running"}}, true); mn.Status.Quarantine.RebootRequestedAt != nil {
 		t.Fatal("stop: the reboot was asked while the agent reports a VM running")
 	}
 
