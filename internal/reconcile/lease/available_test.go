@@ -45,3 +45,29 @@ func TestTheTenantSeesItsChassisQuarantineInWords(t *testing.T) {
 		})
 	}
 }
+
+// TestAReleaseWaitsOnlyForAChassisThatWillComeBack: a release waits for a
+// chassis mid-quarantine, and for nothing else: not one that needs a
+// person, not a retired one (its agent is dead), not a recovered one.
+func TestAReleaseWaitsOnlyForAChassisThatWillComeBack(t *testing.T) {
+	at := metav1.NewTime(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
+	for _, tc := range []struct {
+		name    string
+		q       *fleetv1alpha1.QuarantineStatus
+		retired bool
+		waits   bool
+	}{
+		{"never quarantined", nil, false, false},
+		{"mid-quarantine", &fleetv1alpha1.QuarantineStatus{QuarantinedAt: at}, false, true},
+		{"recovered", &fleetv1alpha1.QuarantineStatus{QuarantinedAt: at, RecoveredAt: &at}, false, false},
+		{"needs a person", &fleetv1alpha1.QuarantineStatus{QuarantinedAt: at, NeedsAttention: true}, false, false},
+		{"retired mid-quarantine", &fleetv1alpha1.QuarantineStatus{QuarantinedAt: at}, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &fleetv1alpha1.MacNode{Spec: fleetv1alpha1.MacNodeSpec{Retired: tc.retired}, Status: fleetv1alpha1.MacNodeStatus{Quarantine: tc.q}}
+			if got := waitsForRecovery(n); got != tc.waits {
+				t.Fatalf("waits %v, want %v", got, tc.waits)
+			}
+		})
+	}
+}

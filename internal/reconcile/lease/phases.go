@@ -219,7 +219,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 		}
 		return ctrl.Result{RequeueAfter: era.Sub(s.now)}, nil
 	}
-	if q := s.node.Status.Quarantine; q.Active() && !q.NeedsAttention {
+	if waitsForRecovery(s.node) {
 		// The chassis comes back to this lease first, and its release then
 		// proceeds as any other: its agent is back to wipe the disks. Its
 		// recovery enqueues the lease.
@@ -227,6 +227,14 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, nil
 	}
 	return r.release(ctx, s)
+}
+
+// waitsForRecovery reports whether a release waits for the chassis to come
+// back from its quarantine: not when it needs a person, who may take long,
+// nor when it is retired, whose agent will never come back.
+func waitsForRecovery(node *fleetv1alpha1.MacNode) bool {
+	q := node.Status.Quarantine
+	return q.Active() && !q.NeedsAttention && !node.Spec.Retired
 }
 
 // release asks the policies, then takes the chassis' release a step
