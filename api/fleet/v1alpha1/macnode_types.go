@@ -28,6 +28,10 @@ const (
 	MacNodeRetired MacNodePhase = "Retired"
 )
 
+// Fenced reports whether p is one of the quarantine loop's phases, in
+// which the chassis starts no VM and takes no new instance.
+func (p MacNodePhase) Fenced() bool { return p == MacNodeQuarantined || p == MacNodeRebooting }
+
 // MacNodeSpec names one physical chassis.
 // +kubebuilder:validation:XValidation:rule="self.serial == oldSelf.serial",message="serial is immutable",fieldPath=".serial"
 // +kubebuilder:validation:XValidation:rule="!oldSelf.?retired.orValue(false) || self.?retired.orValue(false)",message="a retired chassis stays retired: enrol its replacement under its own serial",fieldPath=".retired"

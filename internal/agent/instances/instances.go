@@ -268,7 +268,7 @@ func (r *Instances) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: r.NodeName}, mn); err != nil {
 		return ctrl.Result{}, fmt.Errorf("getting own MacNode: %w", err)
 	}
-	if fenced(mn) {
+	if mn.Status.Phase.Fenced() {
 		// quarantine.fence: the chassis' quota stuck. Its VMs stop, gently,
 		// and none starts until the operator lifts the phase.
 		return r.fence(ctx, log, inst, mn)

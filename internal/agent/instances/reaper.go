@@ -164,7 +164,7 @@ func (r *Instances) reportInventoryLocked(ctx context.Context, log logr.Logger, 
 	if err != nil {
 		return err
 	}
-	if q := mn.Status.Quarantine; q.Active() && fenced(mn) {
+	if q := mn.Status.Quarantine; q.Active() && mn.Status.Phase.Fenced() {
 		// Taken under the fence: the instance loop starts no VM now.
 		inv.QuarantinedAt = q.QuarantinedAt.DeepCopy()
 	}
@@ -190,7 +190,7 @@ func (r *Instances) reportInventoryLocked(ctx context.Context, log logr.Logger, 
 // was, so an unchanged one is reported again.
 func staleInQuarantine(mn *fleetv1alpha1.MacNode, inv *fleetv1alpha1.HostInventory) bool {
 	q := mn.Status.Quarantine
-	return q.Active() && fenced(mn) && (inv.QuarantinedAt == nil || !inv.QuarantinedAt.Equal(&q.QuarantinedAt))
+	return q.Active() && mn.Status.Phase.Fenced() && (inv.QuarantinedAt == nil || !inv.QuarantinedAt.Equal(&q.QuarantinedAt))
 }
 
 // inventoryPatch is a merge patch of status.reported.inventory. An empty

@@ -23,13 +23,6 @@ import (
 // stopped because its chassis' kernel VM quota stuck.
 const StopReasonChassisQuarantined = "ChassisQuarantined"
 
-// fenced reports whether the chassis is in the quarantine loop: while its
-// phase is Quarantined or Rebooting, no tenant VM may run on it.
-func fenced(mn *fleetv1alpha1.MacNode) bool {
-	p := mn.Status.Phase
-	return p == fleetv1alpha1.MacNodeQuarantined || p == fleetv1alpha1.MacNodeRebooting
-}
-
 // fence keeps the instance's VM down while its chassis is quarantined: a
 // VM that runs is stopped gracefully, how is recorded in
 // status.runtime.lastStop, and the inventory is reported at once, since

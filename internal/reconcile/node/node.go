@@ -29,7 +29,7 @@ func (r *Reconciler) reconcileNode(ctx context.Context, s *scope) error {
 		tenant = b.LeaseNamespace
 	}
 	desired := taints.Desired(tenant)
-	if fenced(s.node.Status.Phase) {
+	if s.node.Status.Phase.Fenced() {
 		desired = taints.Quarantined(desired)
 	}
 	updated := n.DeepCopy()
@@ -46,7 +46,7 @@ func (r *Reconciler) reconcileNode(ctx context.Context, s *scope) error {
 		if tenant != "" {
 			what = "leased to " + tenant
 		}
-		if fenced(s.node.Status.Phase) {
+		if s.node.Status.Phase.Fenced() {
 			what += ", and quarantined"
 		}
 		r.Recorder.Eventf(s.node, updated, corev1.EventTypeNormal, "NodeTainted", "Taint", "Node %s is now %s", n.Name, what)

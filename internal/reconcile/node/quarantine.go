@@ -193,11 +193,6 @@ func notRecovered(s *scope, rep *fleetv1alpha1.ReportedFacts, q *fleetv1alpha1.Q
 	return ""
 }
 
-// fenced reports whether phase is one of the quarantine loop's.
-func fenced(p fleetv1alpha1.MacNodePhase) bool {
-	return p == fleetv1alpha1.MacNodeQuarantined || p == fleetv1alpha1.MacNodeRebooting
-}
-
 // quarantineReason is the Quarantined condition's reason: the loop's step.
 func quarantineReason(q *fleetv1alpha1.QuarantineStatus) string {
 	switch {

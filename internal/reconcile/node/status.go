@@ -59,7 +59,7 @@ func (r *Reconciler) updateStatus(s *scope) {
 	case mn.Spec.Retired:
 		conditions.Set(c, conditions.False(fleetv1alpha1.ConditionReady, fleetv1alpha1.ReasonRetired,
 			"the chassis is retired: out of service for good"), gen, s.now)
-	case fenced(st.Phase):
+	case st.Phase.Fenced():
 		conditions.Set(c, conditions.False(fleetv1alpha1.ConditionReady, string(st.Phase), quarantineMessage(st)), gen, s.now)
 	case s.agent == metav1.ConditionFalse:
 		conditions.Set(c, conditions.False(fleetv1alpha1.ConditionReady, fleetv1alpha1.ReasonHeartbeatMissed, s.agentMessage), gen, s.now)

@@ -252,7 +252,7 @@ func quarantineFence(mn *fleetv1alpha1.MacNode) string {
 	q := mn.Status.Quarantine
 	state := string(mn.Status.Phase)
 	switch {
-	case mn.Status.Phase == fleetv1alpha1.MacNodeQuarantined, mn.Status.Phase == fleetv1alpha1.MacNodeRebooting:
+	case mn.Status.Phase.Fenced():
 	case q.Active():
 		state = fmt.Sprintf("under quarantine (phase %s)", orPending(mn.Status.Phase))
 	default:
