@@ -17,6 +17,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/boualleiguie/macrack-operator/internal/audit"
 	"github.com/boualleiguie/macrack-operator/internal/operator"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
@@ -30,6 +31,10 @@ type options struct {
 	enableLeaderElection bool
 	leaderElectionID     string
 	leaderElectionNS     string
+	leaseDuration        time.Duration
+	renewDeadline        time.Duration
+	retryPeriod          time.Duration
+	releaseOnCancel      bool
 	webhookPort          int
 	webhookCertDir       string
 	webhookCertName      string
@@ -46,6 +51,8 @@ type options struct {
 	policyTimeout           time.Duration
 	heartbeatInterval       time.Duration
 	missedHeartbeats        int
+	auditSink               string
+	clusterName             string
 }
 
 func main() {
@@ -56,6 +63,14 @@ func main() {
 	fs.BoolVar(&opts.enableLeaderElection, "leader-elect", false, "Enable leader election, so that only one replica reconciles.")
 	fs.StringVar(&opts.leaderElectionID, "leader-election-id", "operator.macrack.io", "The name of the leader election Lease.")
 	fs.StringVar(&opts.leaderElectionNS, "leader-election-namespace", "", "The namespace of the leader election Lease; defaults to the pod's namespace.")
+	fs.DurationVar(&opts.leaseDuration, "leader-elect-lease-duration", 15*time.Second,
+		"How long a standby waits, after it last saw the leader renew, before it takes the leader election Lease over.")
+	fs.DurationVar(&opts.renewDeadline, "leader-elect-renew-deadline", 10*time.Second,
+		"How long the leader keeps trying to renew its Lease before it gives up leading (and exits); below --leader-elect-lease-duration.")
+	fs.DurationVar(&opts.retryPeriod, "leader-elect-retry-period", 2*time.Second,
+		"How often the leader renews its Lease, and a standby tries to acquire it (with up to 1.2x jitter).")
+	fs.BoolVar(&opts.releaseOnCancel, "leader-election-release-on-cancel", true,
+		"On SIGTERM, release the leader election Lease once the controllers have stopped, so that a standby takes over at once.")
 	fs.IntVar(&opts.webhookPort, "webhook-port", 9443, "The port the webhook server serves TLS on.")
 	fs.StringVar(&opts.webhookCertDir, "webhook-cert-dir", "", "The directory holding the webhook serving certificate; defaults to controller-runtime's.")
 	fs.StringVar(&opts.webhookCertName, "webhook-cert-name", "tls.crt", "The webhook serving certificate's file name in --webhook-cert-dir.")
@@ -72,6 +87,9 @@ func main() {
 	fs.DurationVar(&opts.policyTimeout, "policy-timeout", policy.DefaultTimeout, "The deadline of one policy decision; past it, the request is denied.")
 	fs.DurationVar(&opts.heartbeatInterval, "heartbeat-interval", 10*time.Second, "How often host agents renew their heartbeat Lease.")
 	fs.IntVar(&opts.missedHeartbeats, "missed-heartbeats", 4, "How many heartbeats may be missed before a chassis and its Node are marked not ready.")
+	fs.StringVar(&opts.auditSink, "audit-sink", "stdout",
+		"Where the audit and billing stream goes: nats://host:port (JetStream; MacRack creates its stream), http(s)://url (CloudEvents over HTTP), or stdout (JSON lines).")
+	fs.StringVar(&opts.clusterName, "cluster-name", "default", "This cluster's name in the audit records' source, macrack://<cluster>/<controller>.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(fs)
 	flag.Parse()
@@ -113,6 +131,11 @@ func run(log logr.Logger, opts options) error {
 		LeaderElection:          opts.enableLeaderElection,
 		LeaderElectionID:        opts.leaderElectionID,
 		LeaderElectionNamespace: opts.leaderElectionNS,
+		LeaseDuration:           &opts.leaseDuration,
+		RenewDeadline:           &opts.renewDeadline,
+		RetryPeriod:             &opts.retryPeriod,
+		// Safe: the process exits as soon as the manager has stopped.
+		LeaderElectionReleaseOnCancel: opts.releaseOnCancel,
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Port:     opts.webhookPort,
 			CertDir:  opts.webhookCertDir,
@@ -138,6 +161,11 @@ func run(log logr.Logger, opts options) error {
 		opts.agentTokenAudiences = strings.Join(auds, ",")
 		log.Info("Agent token audiences read from the operator's own token", "audiences", auds)
 	}
+	sink, err := audit.Open(ctx, opts.auditSink, os.Stdout)
+	if err != nil {
+		return err
+	}
+	defer sink.Close()
 	if err := operator.Setup(ctx, mgr, operator.Options{
 		Engine: engine,
 		Clock:  clock.RealClock{},
@@ -151,6 +179,8 @@ func run(log logr.Logger, opts options) error {
 		PolicyNamespace:         opts.policyNamespace,
 		MaxConcurrentReconciles: opts.maxConcurrentReconciles,
 		HeartbeatGrace:          opts.heartbeatInterval * time.Duration(opts.missedHeartbeats),
+		AuditSink:               sink,
+		AuditOrigin:             audit.Origin{Cluster: opts.clusterName},
 	}); err != nil {
 		return err
 	}

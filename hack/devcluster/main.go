@@ -96,10 +96,18 @@ func run(root, extraArgs string) error {
 	if err != nil {
 		return err
 	}
+	natsServer, natsURL, natsCleanup, err := startNATS(bin)
+	defer natsCleanup()
+	if err != nil {
+		return err
+	}
+	defer natsServer.stop()
 	w := env.WebhookInstallOptions
 	operator, err := startProcess("operator", filepath.Join(bin, "operator"), append(operatorArgs(operatorKubeconfig, metricsPort, probePort, audiences, extraArgs),
 		fmt.Sprintf("--webhook-port=%d", w.LocalServingPort),
 		"--webhook-cert-dir="+w.LocalServingCertDir,
+		"--audit-sink="+natsURL,
+		"--cluster-name=devcluster",
 	))
 	if err != nil {
 		return err
@@ -112,6 +120,7 @@ func run(root, extraArgs string) error {
 		return err
 	}
 
+	today := time.Now().UTC().Truncate(24 * time.Hour)
 	fmt.Printf(`
 devcluster: ready. %d CRDs installed; the operator is running and serving its webhooks;
 kube-controller-manager runs beside it; %d simulated Mac minis of class %s run their own
@@ -125,6 +134,7 @@ host agents.
     kube-controller-manager  https://127.0.0.1:%d/healthz, log %s
     OCI registry (goldens)   http://%s/v2/
     sim golden               %s
+    audit stream (JetStream) %s, stream MACRACK_AUDIT
 
     export KUBECONFIG=%s
     export PATH=%s:$PATH    # kubectl v1.37.2, built from the module proxy
@@ -134,13 +144,19 @@ host agents.
     %s sim quota-stick <serial>
     kubectl get mn -w                      # Quarantined, Rebooting, Leased/Ready
 
+    # the audit and billing stream, and what it bills:
+    %s audit tail --nats %s --follow
+    %s billing report --nats %s --from %s --to %s
+
 Press Ctrl-C to stop everything.
 `, len(env.CRDs), len(fl.agents), fleetClass,
 		env.Config.Host, env.ControlPlane.Etcd.URL, w.LocalServingHost, w.LocalServingPort, metricsPort, probePort,
-		kcmPort, kcm.logPath, fl.registry.Host(), fl.golden, kubeconfigPath, filepath.Join(bin, "k8s"), filepath.Join(bin, "macrackctl"))
+		kcmPort, kcm.logPath, fl.registry.Host(), fl.golden, natsURL, kubeconfigPath, filepath.Join(bin, "k8s"), filepath.Join(bin, "macrackctl"),
+		filepath.Join(bin, "macrackctl"), natsURL, filepath.Join(bin, "macrackctl"), natsURL,
+		today.Format(time.RFC3339), today.Add(48*time.Hour).Format(time.RFC3339))
 
-	exited := make(chan *child, len(fl.agents)+2)
-	for _, c := range append(fl.agents, operator, kcm.child) {
+	exited := make(chan *child, len(fl.agents)+3)
+	for _, c := range append(fl.agents, operator, kcm.child, natsServer) {
 		go func(c *child) { <-c.done; exited <- c }(c)
 	}
 	select {

@@ -6,13 +6,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/audit"
 	"github.com/boualleiguie/macrack-operator/internal/inventory"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 )
 
 // Setup registers the webhooks on the manager's webhook server. The
 // inventory reads the manager's cache, whose indexes must be registered.
-func Setup(mgr ctrl.Manager, engine *policy.Engine, clk clock.PassiveClock, params policy.Params, metrics *Metrics) error {
+func Setup(mgr ctrl.Manager, engine *policy.Engine, clk clock.PassiveClock, params policy.Params, metrics *Metrics, denials *audit.Denials) error {
 	if err := ctrl.NewWebhookManagedBy(mgr, &leasingv1alpha1.MacNodeLease{}).
 		WithDefaulter(LeaseDefaulter{}).
 		Complete(); err != nil {
@@ -25,6 +26,7 @@ func Setup(mgr ctrl.Manager, engine *policy.Engine, clk clock.PassiveClock, para
 		Clock:     clk,
 		Params:    params,
 		Metrics:   metrics,
+		Denials:   denials,
 	}})
 	return nil
 }

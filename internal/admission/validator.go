@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/boualleiguie/macrack-operator/internal/audit"
 	"github.com/boualleiguie/macrack-operator/internal/inventory"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 )
@@ -44,6 +45,8 @@ type PolicyValidator struct {
 	Clock   clock.PassiveClock
 	Params  policy.Params
 	Metrics *Metrics
+	// Denials, if set, takes each refusal for the audit stream.
+	Denials *audit.Denials
 }
 
 // Handle implements admission.Handler.
@@ -77,6 +80,11 @@ func (v *PolicyValidator) Handle(ctx context.Context, req admission.Request) (re
 	for _, viol := range d.Violations {
 		msgs = append(msgs, viol.Message)
 		log.Info("Request denied", "rule", viol.Rule, "code", viol.Code, "revision", d.Revision)
+		v.Denials.Offer(audit.Denial{
+			Layer: "webhook", Rule: viol.Rule, Code: viol.Code, Revision: d.Revision, Message: viol.Message,
+			Kind: req.Kind.Kind, Namespace: req.Namespace, Name: req.Name,
+			Operation: string(req.Operation), User: req.UserInfo.Username, Key: string(req.UID), At: v.Clock.Now(),
+		})
 		switch {
 		case viol.Code == policy.CodeError || viol.Code == policy.CodeDisagreement:
 			code, reason = http.StatusInternalServerError, metav1.StatusReasonInternalError

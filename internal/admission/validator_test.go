@@ -134,7 +134,7 @@ func review(t *testing.T, op admissionv1.Operation, kind metav1.GroupVersionKind
 // TestEachRuleAtTheWebhookAlone: the handler, with the bundle and the
 // cluster state its caches would hold, refuses each rule's violation with
 // the rule's code, and admits the same write made legal beside it.
-// Proves: tenancy.serial, node.commercial, quota.never-circumvent, instance.image, instance.wipe, agent.scope, quarantine.fence
+// Proves: tenancy.serial, node.commercial, quota.never-circumvent, instance.image, instance.wipe, agent.scope, quarantine.fence, audit.finalizer
 func TestEachRuleAtTheWebhookAlone(t *testing.T) {
 	v := validator(t)
 	s := runtime.NewScheme()
@@ -226,6 +226,10 @@ func TestEachRuleAtTheWebhookAlone(t *testing.T) {
 			review(t, admissionv1.Update, macNode, "status", agentA, node("c02b", reported), node("c02b", nil)),
 			review(t, admissionv1.Update, macNode, "status", agentA, node("c02a", reported), node("c02a", nil)),
 			http.StatusForbidden, nil},
+		{"audit.finalizer",
+			review(t, admissionv1.Update, instance, "", "alice", inst("200Gi"), inst("200Gi", fleetv1alpha1.AuditFinalizer)),
+			review(t, admissionv1.Update, instance, "", "operator", inst("200Gi"), inst("200Gi", fleetv1alpha1.AuditFinalizer)),
+			http.StatusUnprocessableEntity, nil},
 		// The same instance, refused while its lease's chassis is
 		// Quarantined and admitted once the chassis is healthy again.
 		{"quarantine.fence",

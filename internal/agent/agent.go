@@ -262,7 +262,7 @@ func (c Config) reportFactsWith(ctx context.Context, cl client.Client, reporting
 	// The inventory has its own writer, the reaper, and the golden cache
 	// and the wipes theirs, reportImages: a facts source's word on them
 	// would undo those writers'.
-	facts.Inventory, facts.Images, facts.ImageCache, facts.Wipes = nil, nil, nil, nil
+	facts.Inventory, facts.Images, facts.ImageCache, facts.ImagePulls, facts.Wipes = nil, nil, nil, nil, nil
 	return errors.Join(factsErr, reportingQuota(func(last *fleetv1alpha1.QuotaReport) error {
 		switch {
 		case last != nil:

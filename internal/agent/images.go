@@ -142,23 +142,32 @@ func (c Config) prePullOnce(ctx context.Context, cl client.Client, store *images
 	return nil
 }
 
-// reportImages writes the golden cache's state and the latest wipes into
-// status.reported, when they change: images, imageCache and wipes have
-// this one writer. A request on flush makes it report at once, and it
+// reportImages writes the golden cache's state, its pull counters and the
+// latest wipes into status.reported, when they change: images, imageCache,
+// imagePulls and wipes have this one writer. The counters carry on from
+// those reported before the agent started (seedPullCounters), and are
+// written only once seeded, so that a restart never lowers them. A request on flush makes it report at once, and it
 // answers with the write's error: the instance loop waits so before it lets
 // a wiped instance go, as a release copies the reported wipes into the
 // chassis' history as soon as the last instance is gone.
 func (c Config) reportImages(ctx context.Context, cl client.Client, store *images.Store, wipes func() []fleetv1alpha1.WipeEvidence, flush <-chan chan<- error) {
 	var last []byte
 	var reply chan<- error
+	seeded := false
 	for {
+		if !seeded {
+			seeded = c.seedPullCounters(ctx, cl, store)
+		}
 		imgs, usage := store.Report()
 		w := wipes()
 		if w == nil {
 			w = []fleetv1alpha1.WipeEvidence{}
 		}
-		patch, err := json.Marshal(map[string]any{"status": map[string]any{"reported": map[string]any{
-			"images": imgs, "imageCache": usage, "wipes": w}}})
+		reported := map[string]any{"images": imgs, "imageCache": usage, "wipes": w}
+		if pulls := store.PullCounters(); seeded && len(pulls) > 0 {
+			reported["imagePulls"] = pulls
+		}
+		patch, err := json.Marshal(map[string]any{"status": map[string]any{"reported": reported}})
 		if err == nil && !bytes.Equal(patch, last) {
 			mn := &fleetv1alpha1.MacNode{}
 			mn.Name = c.NodeName
@@ -179,6 +188,21 @@ func (c Config) reportImages(ctx context.Context, cl client.Client, store *image
 		case <-c.Clock.After(cmp.Or(c.ImagesInterval, 2*time.Second)):
 		}
 	}
+}
+
+// seedPullCounters adds the pull counters the MacNode reports, from the
+// agent's earlier runs, to the store's, and reports whether it could read
+// them.
+func (c Config) seedPullCounters(ctx context.Context, cl client.Client, store *images.Store) bool {
+	mn := &fleetv1alpha1.MacNode{}
+	if err := cl.Get(ctx, client.ObjectKey{Name: c.NodeName}, mn); err != nil {
+		c.Log.Error(err, "Reading the pull counters reported before failed; they are not reported until it succeeds")
+		return false
+	}
+	if mn.Status.Reported != nil {
+		store.SeedPullCounters(mn.Status.Reported.ImagePulls)
+	}
+	return true
 }
 
 // flushReport asks reportImages, through flush, to report now, and waits.

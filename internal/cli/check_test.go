@@ -28,7 +28,7 @@ func TestPolicyCheck(t *testing.T) {
 			want: expectation{code: 1, stdout: []string{"DENY", "lease.floor", "minimumDuration 23h is below the 24h floor"}}},
 		{name: "a lease with a 24h minimumDuration is allowed",
 			args: []string{"-f", "testdata/lease-24h.yaml"},
-			want: expectation{code: 0, stdout: []string{"ALLOW", "rules lease.floor"}, absent: []string{"DENY"}}},
+			want: expectation{code: 0, stdout: []string{"ALLOW", "rules audit.finalizer, lease.floor, lease.release"}, absent: []string{"DENY"}}},
 
 		// node.commercial, with its positive control.
 		{name: "a MacNodeClass with a 931Gi disk is denied by node.commercial",

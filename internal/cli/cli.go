@@ -150,6 +150,8 @@ func topCommands() []command {
 		{name: "image", summary: "push a golden image to an OCI registry, or inspect one", run: runImage},
 		{name: "node", summary: "enroll a chassis (printing its agent's bootstrap kubeconfig), or retire it", run: runNode},
 		{name: "sim", summary: "inject faults into a simulated fleet: quota-stick", run: runSim},
+		{name: "audit", summary: "print the audit stream's records (CloudEvents in NATS JetStream): tail", run: runAudit},
+		{name: "billing", summary: "sum each tenant's billable chassis-hours from the audit stream: report", run: runBilling},
 		{name: "version", summary: "print the version and the embedded policies' revision", run: runVersion},
 		{name: "help", summary: "show help for a command", run: runHelp},
 	}

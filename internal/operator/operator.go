@@ -16,8 +16,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/boualleiguie/macrack-operator/internal/admission"
+	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/fleetmetrics"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
+	auditexport "github.com/boualleiguie/macrack-operator/internal/reconcile/audit"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/image"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/lease"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/node"
@@ -51,6 +54,11 @@ type Options struct {
 	// HeartbeatGrace is how stale an agent's heartbeat may grow before its
 	// chassis is marked not ready.
 	HeartbeatGrace time.Duration
+	// AuditSink takes the audit and billing stream; nil runs no exporter
+	// (the journals then fill, and drop, unexported).
+	AuditSink audit.Sink
+	// AuditOrigin names the cluster in the records' source.
+	AuditOrigin audit.Origin
 }
 
 // Setup adds everything to mgr.
@@ -71,19 +79,31 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	admissionMetrics := admission.NewMetrics()
 	nodeMetrics := node.NewMetrics()
 	collectors := append(o.Engine.Collectors(), admissionMetrics.Collectors()...)
+	collectors = append(collectors, fleetmetrics.Collectors(mgr.GetCache(), mgr.GetLogger().WithName("metrics"))...)
 	for _, c := range append(collectors, nodeMetrics.Collectors()...) {
 		if err := reg.Register(c); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
 			return fmt.Errorf("registering metrics: %w", err)
 		}
 	}
+	auditMetrics := auditexport.NewMetrics()
+	for _, c := range auditMetrics.Collectors() {
+		if err := reg.Register(c); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
+			return fmt.Errorf("registering metrics: %w", err)
+		}
+	}
+	var denials *audit.Denials
+	if o.AuditSink != nil && !o.WebhooksOnly {
+		denials = audit.NewDenials(audit.DefaultDenialBuffer, auditMetrics.DropDenial)
+	}
 	identity := o.Params.OperatorUsername
 	if o.WebhooksOnly {
-		return admission.Setup(mgr, o.Engine, o.Clock, o.Params, admissionMetrics)
+		return admission.Setup(mgr, o.Engine, o.Clock, o.Params, admissionMetrics, denials)
 	}
 	if err := (&lease.Reconciler{
 		Client: mgr.GetClient(), Engine: o.Engine, Clock: o.Clock,
 		Recorder: mgr.GetEventRecorder("macrack-lease"), Params: o.Params, Identity: identity,
 		Ticks: o.LeaseTicks, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+		Denials: denials, JournalDropped: auditMetrics.DropJournal,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the lease controller: %w", err)
 	}
@@ -91,13 +111,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		Client: mgr.GetClient(), Engine: o.Engine, Clock: o.Clock,
 		Recorder: mgr.GetEventRecorder("macrack-node"), Params: o.Params, Identity: identity,
 		Ticks: o.NodeTicks, HeartbeatGrace: o.HeartbeatGrace, Metrics: nodeMetrics,
+		Denials: denials, JournalDropped: auditMetrics.DropJournal,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the node controller: %w", err)
 	}
 	if err := (&placement.Reconciler{
 		Client: mgr.GetClient(), Engine: o.Engine, Clock: o.Clock,
 		Recorder: mgr.GetEventRecorder("macrack-placement"), Params: o.Params, Identity: identity,
-		Namespace: o.PolicyNamespace,
+		Namespace: o.PolicyNamespace, Denials: denials,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the placement controller: %w", err)
 	}
@@ -107,8 +128,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the image controller: %w", err)
 	}
+	if o.AuditSink != nil {
+		if err := (&auditexport.Exporter{
+			Client: mgr.GetClient(), Clock: o.Clock, Sink: o.AuditSink, Origin: o.AuditOrigin,
+			Denials: denials, Metrics: auditMetrics,
+		}).SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up the audit exporter: %w", err)
+		}
+	}
 	if o.Webhooks {
-		if err := admission.Setup(mgr, o.Engine, o.Clock, o.Params, admissionMetrics); err != nil {
+		if err := admission.Setup(mgr, o.Engine, o.Clock, o.Params, admissionMetrics, denials); err != nil {
 			return fmt.Errorf("setting up webhooks: %w", err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"reflect"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -19,7 +20,15 @@ import (
 type Helper struct {
 	client client.Client
 	before client.Object
+	// lockStatus makes the next status patch carry the resourceVersion read.
+	lockStatus bool
 }
+
+// LockStatus makes the next status patch fail on a stale read, rather than
+// apply over a newer status: a status that numbers audit records must never
+// number two transitions alike. A conflict also holds back the metadata
+// patch, so that the whole pass is retried from a fresh read.
+func (h *Helper) LockStatus() { h.lockStatus = true }
 
 // NewHelper snapshots obj.
 func NewHelper(obj client.Object, c client.Client) *Helper {
@@ -46,7 +55,14 @@ func (h *Helper) Patch(ctx context.Context, obj client.Object) error {
 	desired := obj.DeepCopyObject().(client.Object)
 	var statusErr error
 	if statusChanged {
-		if err := h.client.Status().Patch(ctx, obj, client.MergeFrom(h.before)); err != nil {
+		p := client.MergeFrom(h.before)
+		if h.lockStatus {
+			p = client.MergeFromWithOptions(h.before, client.MergeFromWithOptimisticLock{})
+		}
+		if err := h.client.Status().Patch(ctx, obj, p); err != nil {
+			if h.lockStatus && apierrors.IsConflict(err) {
+				return fmt.Errorf("patching status: %w", err)
+			}
 			statusErr = fmt.Errorf("patching status: %w", err)
 		}
 	}
@@ -69,6 +85,7 @@ func (h *Helper) Patch(ctx context.Context, obj client.Object) error {
 		return statusErr
 	}
 	h.before = obj.DeepCopyObject().(client.Object)
+	h.lockStatus = false
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -112,5 +113,57 @@ func TestAFailedStatusPatchNeverHoldsBackTheFinalizer(t *testing.T) {
 	}
 	if err := c2.Get(context.Background(), client.ObjectKeyFromObject(lease), got2); err != nil || got2.Status.Phase != leasingv1alpha1.LeasePending || len(got2.Finalizers) != 1 {
 		t.Fatalf("positive control: %+v %v", got2, err)
+	}
+}
+
+// TestALockedStatusPatchOnAStaleReadWritesNothing: a pass that numbers audit
+// records read a lease another pass has written since. Its status patch
+// conflicts, and its finalizer removal waits too, for the retry from a
+// fresh read; the positive control, the same pass on a fresh read, writes
+// both.
+func TestALockedStatusPatchOnAStaleReadWritesNothing(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = leasingv1alpha1.AddToScheme(scheme)
+	lease := &leasingv1alpha1.MacNodeLease{
+		ObjectMeta: metav1.ObjectMeta{Name: "l1", Namespace: "t", Finalizers: []string{fleetv1alpha1.LeaseFinalizer}},
+		Spec:       leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: "m4", MinimumDuration: "24h"},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(lease).WithStatusSubresource(lease).Build()
+	ctx := context.Background()
+	read := func() *leasingv1alpha1.MacNodeLease {
+		got := &leasingv1alpha1.MacNodeLease{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(lease), got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	stale := read()
+	other := read()
+	other.Status.Phase = leasingv1alpha1.LeaseBound
+	if err := c.Status().Update(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+
+	h := NewHelper(stale, c)
+	stale.Status.Phase = leasingv1alpha1.LeaseReleased
+	stale.Finalizers = nil
+	h.LockStatus()
+	if err := h.Patch(ctx, stale); !apierrors.IsConflict(errors.Unwrap(err)) {
+		t.Fatalf("a locked patch on a stale read: %v, want a conflict", err)
+	}
+	if got := read(); got.Status.Phase != leasingv1alpha1.LeaseBound || len(got.Finalizers) != 1 {
+		t.Fatalf("after the conflict: phase %s, finalizers %v; want Bound and the finalizer kept", got.Status.Phase, got.Finalizers)
+	}
+
+	fresh := read()
+	h = NewHelper(fresh, c)
+	fresh.Status.Phase = leasingv1alpha1.LeaseReleased
+	fresh.Finalizers = nil
+	h.LockStatus()
+	if err := h.Patch(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got.Status.Phase != leasingv1alpha1.LeaseReleased || len(got.Finalizers) != 0 {
+		t.Fatalf("on a fresh read: phase %s, finalizers %v; want Released and none", got.Status.Phase, got.Finalizers)
 	}
 }

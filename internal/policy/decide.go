@@ -68,6 +68,7 @@ func (e *Engine) Decide(ctx context.Context, in Input) (Decision, error) {
 	p, err := e.prepare(in)
 	if err != nil {
 		d.Violations = []Violation{{Rule: "policy", Code: CodeError, Message: "policy.error: " + err.Error()}}
+		e.metrics.countDenials("policy", d.Violations)
 		return d, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
@@ -76,7 +77,9 @@ func (e *Engine) Decide(ctx context.Context, in Input) (Decision, error) {
 	defer release()
 	for _, r := range e.byKind[kindKey(p.in.Request.Kind.GroupKind())] {
 		d.Rules = append(d.Rules, r.ID)
-		d.Violations = append(d.Violations, e.decideRule(ctx, stop, r, p)...)
+		vs := e.decideRule(ctx, stop, r, p)
+		e.metrics.countDenials(r.ID, vs)
+		d.Violations = append(d.Violations, vs...)
 	}
 	return d, nil
 }
@@ -105,16 +108,22 @@ func (e *Engine) Answers(ctx context.Context, id string, in Input) (regoAnswer, 
 	return ro.answer(), co.answer(), cel, nil
 }
 
+// evalBoth times each engine's evaluation, in wall time whatever the
+// business clock says.
 func (e *Engine) evalBoth(ctx context.Context, stop topdown.Cancel, r *Rule, p *prepared) (regoOut, celOut outcome, celApplies bool) {
 	if r.rego != nil {
+		start := time.Now()
 		regoOut = r.rego.eval(ctx, p.rego, stop)
+		observe(r.metrics.rego, start)
 	} else {
 		regoOut = outcome{missing: true}
 	}
 	switch {
 	case r.cel != nil && r.cel.matches(&p.in.Request):
 		celApplies = true
+		start := time.Now()
 		celOut = r.cel.eval(ctx, &p.in)
+		observe(r.metrics.cel, start)
 	case r.cel == nil && r.HasCEL():
 		celApplies = true
 		celOut = outcome{missing: true}

@@ -52,6 +52,8 @@ type Rule struct {
 
 	rego *regoRule
 	cel  *celRule
+	// metrics are the rule's series, resolved at Load.
+	metrics ruleMetrics
 }
 
 // HasCEL reports whether the rule has, or must have, a CEL twin.
@@ -141,6 +143,7 @@ func Load(ctx context.Context, fsys fs.FS, opts ...Option) (*Engine, error) {
 
 	for _, id := range sortedKeys(byID) {
 		r := byID[id]
+		r.metrics = e.metrics.forRule(r)
 		e.rules = append(e.rules, r)
 		for _, k := range r.Kinds {
 			e.byKind[k] = append(e.byKind[k], r)

@@ -10,6 +10,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -157,7 +158,7 @@ func TestDeletingOneEngineRuleTurnsTheDecisionIntoDisagreement(t *testing.T) {
 			if len(got) != 1 || got[0] != policy.CodeDisagreement {
 				t.Fatalf("want [%s], got %v", policy.CodeDisagreement, got)
 			}
-			if n := testutil.ToFloat64(e.Collectors()[1]); n != 1 {
+			if n := testutil.ToFloat64(e.Collectors()[1].(*prometheus.CounterVec).WithLabelValues("lease.floor")); n != 1 {
 				t.Fatalf("want the disagreement counted once, got %v", n)
 			}
 		})
@@ -254,7 +255,7 @@ func TestEveryCELTwinIsADeployablePolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{"lease.floor": true, "node.commercial": true, "quota.never-circumvent": true, "agent.scope": true, "instance.wipe": true}
+	want := map[string]bool{"lease.floor": true, "node.commercial": true, "quota.never-circumvent": true, "agent.scope": true, "instance.wipe": true, "audit.finalizer": true}
 	for _, ap := range aps {
 		if !want[ap.Rule] {
 			t.Errorf("unexpected VAP for %s", ap.Rule)

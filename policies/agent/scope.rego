@@ -113,7 +113,7 @@ problems.MacNode contains problem if {
 macnode_update_problems contains sprintf("may not write MacNode %s", [name]) if name != node
 
 macnode_update_problems contains sprintf("may change only status.reported of its MacNode, not %s", [field]) if {
-	some field in changed_fields({"phase", "observedGeneration", "conditions", "binding", "slots", "history", "unwipedDisks", "quarantine", "recentQuarantines"}, {"labels", "annotations", "finalizers", "ownerReferences"})
+	some field in changed_fields({"phase", "observedGeneration", "conditions", "binding", "slots", "history", "unwipedDisks", "quarantine", "recentQuarantines", "audit"}, {"labels", "annotations", "finalizers", "ownerReferences"})
 }
 
 # MacOSInstance: only those placed on its node, and only status.runtime and
@@ -130,7 +130,7 @@ instance_update_problems contains sprintf("may write only instances placed on it
 }
 
 instance_update_problems contains sprintf("may change only status.runtime and the macrack.io/disk-wipe finalizer of an instance, not %s", [field]) if {
-	some field in (changed_fields({"nodeName", "observedGeneration", "conditions"}, {"labels", "annotations", "ownerReferences"}) | changed_other_finalizers)
+	some field in (changed_fields({"nodeName", "observedGeneration", "conditions", "audit"}, {"labels", "annotations", "ownerReferences"}) | changed_other_finalizers)
 }
 
 changed_other_finalizers := {"metadata.finalizers"} if {

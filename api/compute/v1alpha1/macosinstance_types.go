@@ -154,6 +154,11 @@ type MacOSInstanceStatus struct {
 	// runtime is the host agent's report of the VM.
 	// +optional
 	Runtime *RuntimeStatus `json:"runtime,omitempty"`
+
+	// audit is this object's journal of unexported transitions; see
+	// AuditJournal for who writes what.
+	// +optional
+	Audit *fleetv1alpha1.AuditJournal `json:"audit,omitempty"`
 }
 
 // +kubebuilder:object:root=true

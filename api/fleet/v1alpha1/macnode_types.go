@@ -177,6 +177,14 @@ type ReportedFacts struct {
 	// imageCache is the golden cache's use against its budget.
 	// +optional
 	ImageCache *ImageCacheReport `json:"imageCache,omitempty"`
+	// imagePulls are the agent's pull counters, by golden: cumulative, and
+	// kept across the agent's restarts, for the operator to export as
+	// Prometheus counters. A golden's counters outlive its eviction.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	ImagePulls []ImagePullCounters `json:"imagePulls,omitempty"`
 	// wipes are the latest instance disks the agent destroyed, as evidence,
 	// newest last. The operator copies them into status.history.
 	// +optional
@@ -253,6 +261,39 @@ type ImageCacheReport struct {
 	// budget is the class's imageCacheBudget, or the agent's override.
 	// +required
 	Budget resource.Quantity `json:"budget"`
+}
+
+// MaxImagePullCounters bounds status.reported.imagePulls.
+const MaxImagePullCounters = 64
+
+// ImagePullCounters are one golden's pull counters on one chassis. Each
+// only grows.
+type ImagePullCounters struct {
+	// name is the MacOSImage's name.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// pulls counts the pulls of the golden that completed, every byte
+	// verified.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Pulls int64 `json:"pulls,omitempty"`
+	// pullMilliseconds is the time those pulls took, summed, by the
+	// agent's clock: each from its download's start to its last verified
+	// byte.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	PullMilliseconds int64 `json:"pullMilliseconds,omitempty"`
+	// bytes counts the compressed bytes fetched from the registry for the
+	// golden, in every pull, the retried and the failed included.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Bytes int64 `json:"bytes,omitempty"`
+	// cacheHits counts the instance disks cloned from the golden that did
+	// not wait for a pull: it was in the cache when the instance asked.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	CacheHits int64 `json:"cacheHits,omitempty"`
 }
 
 // MaxWipeRecords bounds the wipe evidence a report or a history record keeps.
@@ -514,6 +555,11 @@ type MacNodeStatus struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=8
 	RecentQuarantines []metav1.Time `json:"recentQuarantines,omitempty"`
+
+	// audit is this object's journal of unexported transitions; see
+	// AuditJournal for who writes what.
+	// +optional
+	Audit *AuditJournal `json:"audit,omitempty"`
 }
 
 // +kubebuilder:object:root=true

@@ -113,6 +113,11 @@ type MacOSImageStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// audit is this object's journal of unexported transitions; see
+	// AuditJournal for who writes what.
+	// +optional
+	Audit *AuditJournal `json:"audit,omitempty"`
 }
 
 // +kubebuilder:object:root=true

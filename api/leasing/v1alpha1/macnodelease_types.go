@@ -2,6 +2,8 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 )
 
 // MacNodeLeasePhase is where a lease is in its life.
@@ -94,6 +96,11 @@ type MacNodeLeaseStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// audit is this object's journal of unexported transitions; see
+	// AuditJournal for who writes what.
+	// +optional
+	Audit *fleetv1alpha1.AuditJournal `json:"audit,omitempty"`
 }
 
 // +kubebuilder:object:root=true

@@ -5,6 +5,7 @@
 package v1alpha1
 
 import (
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
@@ -113,6 +114,11 @@ func (in *MacNodeLeaseStatus) DeepCopyInto(out *MacNodeLeaseStatus) {
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
+	}
+	if in.Audit != nil {
+		in, out := &in.Audit, &out.Audit
+		*out = new(fleetv1alpha1.AuditJournal)
+		(*in).DeepCopyInto(*out)
 	}
 }
 

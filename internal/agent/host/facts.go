@@ -30,7 +30,7 @@ func (s StaticFacts) Facts(context.Context) (*fleetv1alpha1.ReportedFacts, error
 // otherWriters are the status.reported fields that other loops of the
 // agent write, each its own: a facts report that leaves one out leaves it
 // as it is.
-var otherWriters = map[string]bool{"inventory": true, "images": true, "imageCache": true, "wipes": true}
+var otherWriters = map[string]bool{"inventory": true, "images": true, "imageCache": true, "imagePulls": true, "wipes": true}
 
 // ReportFacts writes status.reported of the agent's own MacNode, and
 // nothing else: a merge patch of that one field, so that it never races

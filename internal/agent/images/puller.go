@@ -123,6 +123,8 @@ type Puller struct {
 	mu       sync.Mutex
 	active   map[string]*download
 	statuses map[string]*imageStatus
+	// counters are every golden's pull counters, for the report.
+	counters map[string]*pullCounters
 
 	// Test hooks.
 	wrapDisk func(*os.File) diskFile
@@ -378,7 +380,9 @@ func (p *Puller) run(ctx context.Context, name string, g *golden.Golden, src con
 	err := r.pull(ctx)
 	switch {
 	case err == nil:
-		log.Info("golden ready", "bytes", bytesTotal(g), "seconds", p.clock().Since(start).Seconds())
+		took := p.clock().Since(start)
+		log.Info("golden ready", "bytes", bytesTotal(g), "seconds", took.Seconds())
+		p.countPull(name, took, p.clock().Now())
 		p.setPhase(name, PhaseReady, "")
 		return nil
 	case errors.Is(err, ErrIntegrity), errors.Is(err, ErrDiskFull):
@@ -1016,6 +1020,7 @@ func (p *Puller) progress(name string, n int64, moved bool) {
 	s.st.BytesDone += n
 	if moved && n > 0 {
 		s.meter.add(now, n)
+		p.counter(name, now).bytes += n
 	}
 }
 

@@ -371,8 +371,14 @@ func (r *Instances) spec(_ context.Context, inst *computev1alpha1.MacOSInstance,
 	if err := r.Disks.RecordOwner(Owner{Namespace: inst.Namespace, Name: inst.Name, UID: inst.UID, LeaseName: inst.Spec.LeaseName}); err != nil {
 		return vmspec.VMSpec{}, err
 	}
+	// An instance that reported a pull waited for its golden; one that
+	// did not found it in the cache: a cache hit, once its disk is cloned.
+	waited := inst.Status.Runtime != nil && inst.Status.Runtime.Phase == computev1alpha1.VMPulling
 	disk, aux, err := r.Disks.Prepare(uid, func(disk, aux string) (string, error) {
 		m, err := r.Images.Clone(img, disk, aux)
+		if err == nil && !waited {
+			r.Images.CountCacheHit(img.Name)
+		}
 		return string(m), err
 	})
 	if err != nil {

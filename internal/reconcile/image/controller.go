@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/audit"
 	"github.com/boualleiguie/macrack-operator/internal/patch"
 )
 
@@ -81,6 +82,13 @@ type scope struct {
 	evicted []string
 }
 
+func nextSequence(img *fleetv1alpha1.MacOSImage) int64 {
+	if img.Status.Audit == nil {
+		return 0
+	}
+	return img.Status.Audit.NextSequence
+}
+
 // Reconcile resolves one golden and counts its verified copies.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	img := &fleetv1alpha1.MacOSImage{}
@@ -89,8 +97,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	}
 	s := &scope{image: img}
 	helper := patch.NewHelper(img, r.Client)
+	before := img.Status.DeepCopy()
 	defer func() {
 		r.updateStatus(s)
+		seq := nextSequence(img)
+		audit.JournalImage(before, img, r.Clock.Now())
+		if nextSequence(img) != seq {
+			helper.LockStatus()
+		}
 		if err := helper.Patch(ctx, img); err != nil && !apierrors.IsNotFound(err) {
 			retErr = errors.Join(retErr, fmt.Errorf("patching MacOSImage %s: %w", req.Name, err))
 		}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/boualleiguie/macrack-operator/internal/audit"
 	"github.com/boualleiguie/macrack-operator/internal/inventory"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 )
@@ -24,6 +25,8 @@ type Checker struct {
 	Params policy.Params
 	// Identity is the operator's username, as the API server sees it.
 	Identity string
+	// Denials, if set, takes each refusal for the audit stream.
+	Denials *audit.Denials
 }
 
 // StatusWrite decides the operator's write of obj's status over old. With
@@ -54,6 +57,13 @@ func (c Checker) StatusWrite(ctx context.Context, obj, old client.Object, inv ma
 	})
 	if err != nil {
 		return d, fmt.Errorf("asking the policy about %s %s: %w", gvk.Kind, obj.GetName(), err)
+	}
+	for _, v := range d.Violations {
+		c.Denials.Offer(audit.Denial{
+			Layer: "reconciler", Rule: v.Rule, Code: v.Code, Revision: d.Revision, Message: v.Message,
+			Kind: gvk.Kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: string(obj.GetUID()),
+			Operation: "UPDATE", User: c.Identity, Key: old.GetResourceVersion(), At: c.Clock.Now(),
+		})
 	}
 	return d, nil
 }

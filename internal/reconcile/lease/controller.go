@@ -26,6 +26,7 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/audit"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/patch"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
@@ -55,9 +56,14 @@ type Reconciler struct {
 	Ticks <-chan event.GenericEvent
 	// MaxConcurrentReconciles bounds parallel reconciles.
 	MaxConcurrentReconciles int
+	// JournalDropped counts audit records a full journal lost; may be nil.
+	JournalDropped func(n int)
 
 	// claims are this reconciler's chassis claims its cache has not shown yet.
 	claims claims
+	// Denials takes the policies' refusals of this controller's writes,
+	// for the audit stream; may be nil.
+	Denials *audit.Denials
 }
 
 // SetupWithManager registers the controller and its watches.
@@ -152,8 +158,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{RequeueAfter: conflictRetry}, nil
 	}
 	helper := patch.NewHelper(lease, r.Client)
+	before := lease.Status.DeepCopy()
 	defer func() {
 		r.updateStatus(s)
+		r.journal(before, s, helper)
 		if err := helper.Patch(ctx, lease); err != nil && !(s.released && apierrors.IsNotFound(err)) {
 			retErr = errors.Join(retErr, fmt.Errorf("patching MacNodeLease %s: %w", req, err))
 		}
@@ -163,6 +171,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return r.reconcileDelete(ctx, s)
 	}
 	return r.reconcileNormal(ctx, s)
+}
+
+// journal records this pass's transitions in the same status write as the
+// transitions themselves.
+func (r *Reconciler) journal(before *leasingv1alpha1.MacNodeLeaseStatus, s *scope, helper *patch.Helper) {
+	seq := int64(0)
+	if j := s.lease.Status.Audit; j != nil {
+		seq = j.NextSequence
+	}
+	dropped := audit.JournalLease(before, s.lease, s.now)
+	if dropped > 0 && r.JournalDropped != nil {
+		r.JournalDropped(dropped)
+	}
+	if j := s.lease.Status.Audit; j != nil && j.NextSequence != seq {
+		helper.LockStatus()
+	}
 }
 
 // boundNode finds the MacNode whose binding names this lease's UID.
@@ -181,5 +205,5 @@ func (r *Reconciler) boundNode(ctx context.Context, lease *leasingv1alpha1.MacNo
 
 // decide asks the policy about a status write the operator is about to make.
 func (r *Reconciler) decide(ctx context.Context, obj, old client.Object, inv map[string]any) (policy.Decision, error) {
-	return intent.Checker{Client: r.Client, Engine: r.Engine, Clock: r.Clock, Params: r.Params, Identity: r.Identity}.StatusWrite(ctx, obj, old, inv)
+	return intent.Checker{Client: r.Client, Engine: r.Engine, Clock: r.Clock, Params: r.Params, Identity: r.Identity, Denials: r.Denials}.StatusWrite(ctx, obj, old, inv)
 }

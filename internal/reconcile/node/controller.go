@@ -36,6 +36,7 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/audit"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/intent"
@@ -68,6 +69,11 @@ type Reconciler struct {
 	// Metrics counts quarantines and the chassis that need a person; nil
 	// records none.
 	Metrics *Metrics
+	// JournalDropped counts audit records a full journal lost; may be nil.
+	JournalDropped func(n int)
+	// Denials takes the policies' refusals of this controller's writes,
+	// for the audit stream; may be nil.
+	Denials *audit.Denials
 }
 
 // HeartbeatNamespace holds the agents' heartbeat Leases, as kubelets' do.
@@ -160,6 +166,8 @@ type scope struct {
 	class *fleetv1alpha1.MacNodeClass
 	// quarantineStarted: this pass began a quarantine.
 	quarantineStarted bool
+	// quarantineRecovered: this pass ended one, the chassis recovered.
+	quarantineRecovered bool
 	// recoveryWait says what a rebooted chassis still waits for.
 	recoveryWait string
 	// events are written once the pass's status write has landed, so that a
@@ -234,6 +242,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 // pass from a fresh read).
 func (r *Reconciler) writeStatus(ctx context.Context, s *scope, before *fleetv1alpha1.MacNodeStatus) (bool, error) {
 	mn := s.node
+	if dropped := audit.JournalChassis(before, mn, s.now.Time); dropped > 0 && r.JournalDropped != nil {
+		r.JournalDropped(dropped)
+	}
 	if equality.Semantic.DeepEqual(before, &mn.Status) {
 		return false, nil
 	}
@@ -256,12 +267,12 @@ func (r *Reconciler) tell(s *scope, before *fleetv1alpha1.MacNodeStatus) {
 	for _, e := range s.events {
 		r.Recorder.Eventf(mn, nil, e.kind, e.reason, e.action, "%s", e.message)
 	}
-	r.Metrics.observe(mn, s.quarantineStarted)
+	r.Metrics.observe(mn, s.quarantineStarted, s.quarantineRecovered)
 }
 
 // decide asks the policy about a status write the operator is about to make.
 func (r *Reconciler) decide(ctx context.Context, to, from *fleetv1alpha1.MacNode) (policy.Decision, error) {
-	return intent.Checker{Client: r.Client, Engine: r.Engine, Clock: r.Clock, Params: r.Params, Identity: r.Identity}.StatusWrite(ctx, to, from, nil)
+	return intent.Checker{Client: r.Client, Engine: r.Engine, Clock: r.Clock, Params: r.Params, Identity: r.Identity, Denials: r.Denials}.StatusWrite(ctx, to, from, nil)
 }
 
 func orPending(p fleetv1alpha1.MacNodePhase) fleetv1alpha1.MacNodePhase {

@@ -73,6 +73,7 @@ func (r *Reconciler) reconcileQuarantine(s *scope) {
 		return
 	}
 	q.RecoveredAt = &now
+	s.quarantineRecovered = true
 	s.tell(corev1.EventTypeNormal, fleetv1alpha1.ReasonRecovered, "Recover",
 		fmt.Sprintf("Chassis %s recovered: a probe VM started and stopped cleanly in boot %s, %s after the quarantine began", s.node.Spec.Serial, rep.BootID, now.Sub(q.QuarantinedAt.Time)))
 }

@@ -13,6 +13,7 @@ package placement
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -26,12 +27,14 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/audit"
 	"github.com/boualleiguie/macrack-operator/internal/conditions"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
@@ -77,6 +80,9 @@ type Reconciler struct {
 	Identity string
 	// Namespace holds the placeholder Pods (the operator's own).
 	Namespace string
+	// Denials takes the policies' refusals of this controller's writes,
+	// for the audit stream; may be nil.
+	Denials *audit.Denials
 }
 
 // SetupWithManager registers the controller and its watches.
@@ -121,6 +127,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.List(ctx, placed, client.MatchingFields{index.InstanceByNode: mn.Name}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing instances on %s: %w", mn.Name, err)
 	}
+	placed.Items = slices.DeleteFunc(placed.Items, gone)
 	var waiting []computev1alpha1.MacOSInstance
 	fence := quarantineFence(mn)
 	if b := mn.Status.Binding; b != nil && (mn.Status.Phase == fleetv1alpha1.MacNodeLeased || fence != "") {
@@ -142,6 +149,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, r.reconcilePlaceholders(ctx, mn, placed.Items)
+}
+
+// gone: a deleted instance whose agent has wiped it holds no VM and no
+// disk. It may linger, held by its audit finalizer until its last records
+// are out, but on no slot and with no placeholder.
+func gone(i computev1alpha1.MacOSInstance) bool {
+	return !i.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(&i, fleetv1alpha1.DiskWipeFinalizer)
 }
 
 // reconcileSlots writes the MacNode's slots once: live slots kept, dead
@@ -339,7 +353,7 @@ func (r *Reconciler) capacity(ctx context.Context, mn *fleetv1alpha1.MacNode) (c
 }
 
 func (r *Reconciler) decide(ctx context.Context, obj, old client.Object, inv map[string]any) (policy.Decision, error) {
-	return intent.Checker{Client: r.Client, Engine: r.Engine, Clock: r.Clock, Params: r.Params, Identity: r.Identity}.StatusWrite(ctx, obj, old, inv)
+	return intent.Checker{Client: r.Client, Engine: r.Engine, Clock: r.Clock, Params: r.Params, Identity: r.Identity, Denials: r.Denials}.StatusWrite(ctx, obj, old, inv)
 }
 
 func sameSlots(a, b []fleetv1alpha1.Slot) bool {

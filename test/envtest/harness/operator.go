@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/audit"
 	"github.com/boualleiguie/macrack-operator/internal/enroll"
 	"github.com/boualleiguie/macrack-operator/internal/operator"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
@@ -51,8 +52,10 @@ type Operator struct {
 	Params           policy.Params
 	// Client acts as the operator.
 	Client client.Client
-	stop   context.CancelFunc
-	done   chan error
+	// Registry holds the operator's metrics, as its /metrics would serve them.
+	Registry *prometheus.Registry
+	stop     context.CancelFunc
+	done     chan error
 }
 
 // OperatorOptions tune StartOperator.
@@ -71,6 +74,8 @@ type OperatorOptions struct {
 	// HeartbeatGrace marks a chassis not ready when its agent's heartbeat
 	// is older; zero disables the check.
 	HeartbeatGrace time.Duration
+	// AuditSink, if set, runs the audit exporter into it.
+	AuditSink audit.Sink
 }
 
 // OperatorNamespace holds the operator's placeholder Pods and policy params.
@@ -114,6 +119,7 @@ func (e *Env) StartOperator(o OperatorOptions) (*Operator, error) {
 		Engine:    engine,
 		Params:    params,
 		Client:    mgr.GetClient(),
+		Registry:  prometheus.NewRegistry(),
 		done:      make(chan error, 1),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -126,9 +132,10 @@ func (e *Env) StartOperator(o OperatorOptions) (*Operator, error) {
 	if err := operator.Setup(ctx, mgr, operator.Options{
 		Engine: engine, Clock: op.Clock, Params: op.Params,
 		Webhooks: o.Webhooks, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
-		LeaseTicks: op.Ticks, NodeTicks: op.NodeTicks, Registerer: prometheus.NewRegistry(),
+		LeaseTicks: op.Ticks, NodeTicks: op.NodeTicks, Registerer: op.Registry,
 		WebhooksOnly: o.WebhooksOnly, PolicyNamespace: OperatorNamespace, HeartbeatGrace: o.HeartbeatGrace,
 		ApplyAdmissionPolicies: o.ApplyAdmissionPolicies,
+		AuditSink:              o.AuditSink, AuditOrigin: audit.Origin{Cluster: "envtest"},
 	}); err != nil {
 		cancel()
 		return nil, err

@@ -1,0 +1,37 @@
+package audit
+
+import (
+	"context"
+	"fmt"
+
+	ce "github.com/cloudevents/sdk-go/v2"
+	cloudevents "github.com/cloudevents/sdk-go/v2/event"
+)
+
+// HTTP sends each record as a CloudEvent over HTTP (binary mode) to one
+// URL. A 2xx answer is the acknowledgement.
+type HTTP struct {
+	target string
+	client ce.Client
+}
+
+// NewHTTP sends to target.
+func NewHTTP(target string) (*HTTP, error) {
+	c, err := ce.NewClientHTTP()
+	if err != nil {
+		return nil, fmt.Errorf("audit sink %s: %w", target, err)
+	}
+	return &HTTP{target: target, client: c}, nil
+}
+
+// Publish implements Sink.
+func (h *HTTP) Publish(ctx context.Context, ev cloudevents.Event) error {
+	res := h.client.Send(ce.ContextWithTarget(ctx, h.target), ev)
+	if !ce.IsACK(res) {
+		return fmt.Errorf("sending %s to %s: %w", ev.ID(), h.target, res)
+	}
+	return nil
+}
+
+// Close implements Sink.
+func (h *HTTP) Close() error { return nil }

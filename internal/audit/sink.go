@@ -1,0 +1,46 @@
+package audit
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+
+	cloudevents "github.com/cloudevents/sdk-go/v2/event"
+)
+
+// A Sink takes records. Publish returns nil only once the record is
+// durably acknowledged: the exporter advances an object's cursor past a
+// record only then. Publishing the same id twice must be harmless; sinks
+// that can (JetStream) drop the second copy themselves, and consumers
+// deduplicate on the id in any case.
+//
+// A new sink is one more case in Open and a type with these two methods.
+// Kafka, for one, would be sdk-go's kafka_sarama sender with the record's
+// subject as the message key (one object's records stay in one partition,
+// in order) and an idempotent producer with acks=all.
+type Sink interface {
+	Publish(ctx context.Context, ev cloudevents.Event) error
+	Close() error
+}
+
+// Open parses a sink's address: nats://host:port (JetStream),
+// http(s)://... (CloudEvents over HTTP), or stdout (JSON lines).
+func Open(ctx context.Context, addr string, stdout io.Writer) (Sink, error) {
+	if addr == "stdout" || addr == "-" {
+		return NewLines(stdout), nil
+	}
+	u, err := url.Parse(addr)
+	if err != nil {
+		return nil, fmt.Errorf("audit sink %q: %w", addr, err)
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "nats", "tls":
+		return NewJetStream(ctx, JetStreamOptions{URL: addr})
+	case "http", "https":
+		return NewHTTP(addr)
+	default:
+		return nil, fmt.Errorf("audit sink %q: want nats://, http(s):// or stdout", addr)
+	}
+}

@@ -1,0 +1,312 @@
+// Package audit exports the audit and billing stream. One exporter per
+// journaled kind (leases, instances, chassis, images) publishes each
+// object's unexported records to the sink and, once the sink acknowledges
+// them, advances the object's status.audit.exportedSequence: the record of
+// a transition lives in its object until it is exported. The audit
+// finalizer holds a deleted lease or instance until its last record is out.
+// A failing sink closes a gate for a backoff on the injected clock; a
+// retrier reopens it and enqueues everyone who waited.
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/audit"
+)
+
+// +kubebuilder:rbac:groups=leasing.macrack.io,resources=macnodeleases,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=leasing.macrack.io,resources=macnodeleases/status,verbs=patch
+// +kubebuilder:rbac:groups=leasing.macrack.io,resources=macnodeleases/finalizers,verbs=update
+// +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances/status,verbs=patch
+// +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances/finalizers,verbs=update
+// +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodes/status,verbs=patch
+// +kubebuilder:rbac:groups=fleet.macrack.io,resources=macosimages,verbs=get;list;watch
+// +kubebuilder:rbac:groups=fleet.macrack.io,resources=macosimages/status,verbs=patch
+
+// Exporter exports every journaled kind, and the denials' buffer.
+type Exporter struct {
+	Client client.Client
+	Clock  clock.Clock
+	Sink   audit.Sink
+	Origin audit.Origin
+	// Denials, if set, is drained to the sink as well.
+	Denials *audit.Denials
+	Metrics *Metrics
+
+	gate  *gate
+	kinds []*kind
+	// retry reaches each kind's controller: the retrier sends it the
+	// objects that waited for the sink.
+	retry map[string]chan event.GenericEvent
+}
+
+// SetupWithManager registers one controller per kind, the retrier and the
+// denials' drain. All of them run on the leader only.
+func (e *Exporter) SetupWithManager(mgr ctrl.Manager) error {
+	if e.Sink == nil {
+		return errors.New("audit exporter: a sink is required")
+	}
+	if e.Metrics == nil {
+		e.Metrics = NewMetrics()
+	}
+	e.gate = newGate(e.Clock)
+	e.kinds = kinds()
+	e.retry = map[string]chan event.GenericEvent{}
+	for _, k := range e.kinds {
+		ch := make(chan event.GenericEvent, 1024)
+		e.retry[k.name] = ch
+		r := &kindReconciler{e: e, k: k}
+		if err := ctrl.NewControllerManagedBy(mgr).
+			For(k.newObject()).
+			Named("audit-" + k.name).
+			WatchesRawSource(source.Channel(ch, &handler.EnqueueRequestForObject{})).
+			Complete(r); err != nil {
+			return fmt.Errorf("setting up the %s exporter: %w", k.name, err)
+		}
+	}
+	e.Metrics.collector = &backlogCollector{client: mgr.GetClient(), clock: e.Clock, kinds: e.kinds, denials: e.Denials, billed: &e.Metrics.billed}
+	if err := mgr.Add(manager.RunnableFunc(e.retrier)); err != nil {
+		return err
+	}
+	if e.Denials != nil {
+		// Every replica serves webhooks, and so drains its own refusals.
+		return mgr.Add(everyReplica(e.drainDenials))
+	}
+	return nil
+}
+
+// everyReplica is a runnable that runs whether or not its replica leads.
+type everyReplica func(context.Context) error
+
+func (f everyReplica) Start(ctx context.Context) error { return f(ctx) }
+func (everyReplica) NeedLeaderElection() bool          { return false }
+
+// kindReconciler exports one kind.
+type kindReconciler struct {
+	e *Exporter
+	k *kind
+}
+
+// Reconcile reads like the export: journal what was observed, hold the
+// object with the finalizer, publish what is unexported, advance the
+// cursor, and let a deleted object go once its last record is out.
+func (r *kindReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	e, k := r.e, r.k
+	obj := k.newObject()
+	if err := e.Client.Get(ctx, req.NamespacedName, obj); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if k.observed {
+		if err := r.observe(ctx, obj); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if k.finalized && obj.GetDeletionTimestamp().IsZero() && !controllerutil.ContainsFinalizer(obj, fleetv1alpha1.AuditFinalizer) {
+		base := obj.DeepCopyObject().(client.Object)
+		controllerutil.AddFinalizer(obj, fleetv1alpha1.AuditFinalizer)
+		if err := e.Client.Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding the audit finalizer to %s %s: %w", k.name, req, err)
+		}
+	}
+	if !e.gate.open() {
+		return ctrl.Result{}, nil // the retrier brings it back
+	}
+	j := *k.journal(obj)
+	if recs := j.Unexported(); len(recs) > 0 {
+		exported, err := r.publish(ctx, obj, recs)
+		if exported > j.ExportedSequence {
+			if perr := r.advance(ctx, obj, exported); perr != nil {
+				return ctrl.Result{}, errors.Join(err, perr)
+			}
+		}
+		if err != nil {
+			d := e.gate.fail()
+			ctrl.LoggerFrom(ctx).Info("The audit sink refused a record; backing off", "kind", k.name, "backoff", d, "error", err.Error())
+			return ctrl.Result{}, nil
+		}
+	}
+	return ctrl.Result{}, r.finalize(ctx, obj)
+}
+
+// observe journals an observed kind's transitions, in its own status write.
+func (r *kindReconciler) observe(ctx context.Context, obj client.Object) error {
+	base := obj.DeepCopyObject().(client.Object)
+	dropped := observeInstance(obj, r.e.Clock.Now())
+	r.e.Metrics.dropJournal(dropped)
+	if equality.Semantic.DeepEqual(*r.k.journal(base), *r.k.journal(obj)) {
+		return nil
+	}
+	// The lock: a second pass on a stale read must not number another
+	// transition with a sequence number this one already used.
+	if err := r.e.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("journaling %s %s: %w", r.k.name, client.ObjectKeyFromObject(obj), err)
+	}
+	return nil
+}
+
+// publish sends recs in order, and returns the last sequence number the
+// sink acknowledged.
+func (r *kindReconciler) publish(ctx context.Context, obj client.Object, recs []fleetv1alpha1.AuditRecord) (int64, error) {
+	var acked int64
+	for _, rec := range recs {
+		ev, err := r.e.Origin.Event(r.k.name, r.k.controller, obj, rec)
+		if err != nil {
+			return acked, err
+		}
+		start := time.Now()
+		if err := r.e.Sink.Publish(ctx, ev); err != nil {
+			r.e.Metrics.failures.Inc()
+			return acked, err
+		}
+		r.e.Metrics.published(r.k.name, time.Since(start))
+		r.e.gate.succeed()
+		acked = rec.Sequence
+	}
+	return acked, nil
+}
+
+// advance writes the cursor alone: a merge patch of one field, which the
+// journal's writer never writes.
+func (r *kindReconciler) advance(ctx context.Context, obj client.Object, seq int64) error {
+	p := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"status":{"audit":{"exportedSequence":%d}}}`, seq))
+	if err := r.e.Client.Status().Patch(ctx, obj, p); err != nil {
+		return fmt.Errorf("advancing the audit cursor of %s %s to %d: %w", r.k.name, client.ObjectKeyFromObject(obj), seq, err)
+	}
+	return nil
+}
+
+// finalize lets a deleted object go, once every other finalizer is gone
+// (nothing will journal on it again) and its journal is exported: its last
+// record, deleted, goes out first.
+func (r *kindReconciler) finalize(ctx context.Context, obj client.Object) error {
+	if !r.k.finalized || obj.GetDeletionTimestamp().IsZero() || !controllerutil.ContainsFinalizer(obj, fleetv1alpha1.AuditFinalizer) {
+		return nil
+	}
+	if slices.ContainsFunc(obj.GetFinalizers(), func(f string) bool { return f != fleetv1alpha1.AuditFinalizer }) {
+		return nil
+	}
+	if (*r.k.journal(obj)).Backlog() > 0 {
+		return nil
+	}
+	ev, err := r.e.Origin.Deleted(r.k.name, r.k.controller, obj, r.e.Clock.Now())
+	if err != nil {
+		return err
+	}
+	if err := r.e.Sink.Publish(ctx, ev); err != nil {
+		r.e.Metrics.failures.Inc()
+		d := r.e.gate.fail()
+		ctrl.LoggerFrom(ctx).Info("The audit sink refused a record; backing off", "kind", r.k.name, "backoff", d, "error", err.Error())
+		return nil
+	}
+	if l, ok := obj.(*leasingv1alpha1.MacNodeLease); ok {
+		r.e.Metrics.billed.add(l, r.e.Clock.Now())
+	}
+	base := obj.DeepCopyObject().(client.Object)
+	controllerutil.RemoveFinalizer(obj, fleetv1alpha1.AuditFinalizer)
+	if err := r.e.Client.Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing the audit finalizer of %s %s: %w", r.k.name, client.ObjectKeyFromObject(obj), err)
+	}
+	return nil
+}
+
+// retrier wakes when the gate's backoff ends, on the injected clock, and
+// enqueues every object that has records waiting or is held for them.
+func (e *Exporter) retrier(ctx context.Context) error {
+	for {
+		at, waiting := e.gate.next()
+		if !waiting {
+			select {
+			case <-e.gate.wake:
+				continue
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		if d := at.Sub(e.Clock.Now()); d > 0 {
+			select {
+			case <-e.Clock.After(d):
+			case <-e.gate.wake:
+				continue
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		e.gate.retried()
+		if err := e.enqueueWaiting(ctx); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Listing the objects that wait for the audit sink failed")
+		}
+	}
+}
+
+func (e *Exporter) enqueueWaiting(ctx context.Context) error {
+	for _, k := range e.kinds {
+		list := k.newList()
+		if err := e.Client.List(ctx, list); err != nil {
+			return err
+		}
+		for _, o := range k.items(list) {
+			if (*k.journal(o)).Backlog() > 0 || !o.GetDeletionTimestamp().IsZero() {
+				select {
+				case e.retry[k.name] <- event.GenericEvent{Object: o}:
+				case <-ctx.Done():
+					return nil
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// drainDenials publishes the refusals' buffer, one at a time, waiting out
+// the gate like everyone else.
+func (e *Exporter) drainDenials(ctx context.Context) error {
+	for {
+		d, ok := e.Denials.Next(ctx)
+		if !ok {
+			return nil
+		}
+		ev, err := e.Origin.Denial(d)
+		if err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "A denial could not be made a record", "rule", d.Rule)
+			e.Metrics.dropped.WithLabelValues(reasonUnencodable).Inc()
+			continue
+		}
+		for {
+			if e.gate.open() {
+				if err := e.Sink.Publish(ctx, ev); err == nil {
+					e.Metrics.published(fleetv1alpha1.AuditKindDenial, 0)
+					e.gate.succeed()
+					break
+				}
+				e.Metrics.failures.Inc()
+				e.gate.fail()
+			}
+			at, _ := e.gate.next()
+			select {
+			case <-e.Clock.After(max(at.Sub(e.Clock.Now()), minBackoff)):
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	}
+}

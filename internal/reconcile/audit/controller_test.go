@@ -1,0 +1,164 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	cloudevents "github.com/cloudevents/sdk-go/v2/event"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/audit"
+)
+
+// sink records what it acknowledged, and refuses while down.
+type sink struct {
+	mu   sync.Mutex
+	down bool
+	ids  []string
+}
+
+func (s *sink) Publish(_ context.Context, ev cloudevents.Event) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down {
+		return errors.New("connection refused")
+	}
+	s.ids = append(s.ids, ev.ID())
+	return nil
+}
+func (s *sink) Close() error { return nil }
+
+func leaseWithJournal(finalizers ...string) *leasingv1alpha1.MacNodeLease {
+	l := &leasingv1alpha1.MacNodeLease{
+		ObjectMeta: metav1.ObjectMeta{Name: "mini", Namespace: "t", UID: "l-1", Finalizers: finalizers},
+		Spec:       leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: "m4", MinimumDuration: "24h"},
+	}
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	audit.JournalLease(&leasingv1alpha1.MacNodeLeaseStatus{}, l, now)
+	l.Status.Phase = leasingv1alpha1.LeaseBound
+	l.Status.BoundAt = &metav1.Time{Time: now}
+	audit.JournalLease(&leasingv1alpha1.MacNodeLeaseStatus{}, l, now)
+	return l
+}
+
+func exporterFor(t *testing.T, s *sink, clk *clocktesting.FakeClock, objs ...client.Object) (*Exporter, *kindReconciler, client.Client) {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	_ = leasingv1alpha1.AddToScheme(scheme)
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(objs...).Build()
+	e := &Exporter{Client: c, Clock: clk, Sink: s, Origin: audit.Origin{Cluster: "test"}, Metrics: NewMetrics()}
+	e.gate = newGate(clk)
+	e.kinds = kinds()
+	return e, &kindReconciler{e: e, k: e.kinds[0]}, c
+}
+
+func TestRecordsStayInTheObjectUntilTheSinkAcknowledges(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
+	s := &sink{down: true}
+	l := leaseWithJournal()
+	_, r, c := exporterFor(t, s, clk, l)
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(l)}
+
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	got := &leasingv1alpha1.MacNodeLease{}
+	_ = c.Get(context.Background(), req.NamespacedName, got)
+	if got.Status.Audit.ExportedSequence != 0 || len(got.Status.Audit.Unexported()) != 2 {
+		t.Fatalf("with the sink down: exported %d, %d unexported; want 0 and 2 (created, bound)", got.Status.Audit.ExportedSequence, len(got.Status.Audit.Unexported()))
+	}
+	if got.Finalizers[0] != fleetv1alpha1.AuditFinalizer {
+		t.Fatalf("finalizers %v, want the audit finalizer", got.Finalizers)
+	}
+
+	// The sink is back, but the gate holds until the backoff passes on the
+	// injected clock.
+	s.down = false
+	_, _ = r.Reconcile(context.Background(), req)
+	if len(s.ids) != 0 {
+		t.Fatalf("published %v inside the backoff", s.ids)
+	}
+	clk.Step(minBackoff)
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Get(context.Background(), req.NamespacedName, got)
+	want := []string{"lease/l-1/1", "lease/l-1/2"}
+	if len(s.ids) != 2 || s.ids[0] != want[0] || s.ids[1] != want[1] {
+		t.Fatalf("published %v, want %v", s.ids, want)
+	}
+	if got.Status.Audit.ExportedSequence != 2 {
+		t.Fatalf("exportedSequence %d, want 2", got.Status.Audit.ExportedSequence)
+	}
+}
+
+func TestADeletedLeaseGoesOnlyOnceEveryOtherFinalizerIsOffAndItsRecordsAreOut(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 6, 3, 12, 0, 0, 0, time.UTC))
+	s := &sink{}
+	l := leaseWithJournal(fleetv1alpha1.LeaseFinalizer, fleetv1alpha1.AuditFinalizer)
+	l.DeletionTimestamp = &metav1.Time{Time: clk.Now()}
+	_, r, c := exporterFor(t, s, clk, l)
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(l)}
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	got := &leasingv1alpha1.MacNodeLease{}
+	if err := c.Get(context.Background(), req.NamespacedName, got); err != nil {
+		t.Fatalf("the lease went while the lease controller's finalizer was on: %v", err)
+	}
+	for _, id := range s.ids {
+		if id == audit.DeletedID("lease", "l-1") {
+			t.Fatal("the deleted record went out while the lease controller could still journal")
+		}
+	}
+	// The lease controller lets it go.
+	got.Finalizers = []string{fleetv1alpha1.AuditFinalizer}
+	if err := c.Update(context.Background(), got); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	if last := s.ids[len(s.ids)-1]; last != audit.DeletedID("lease", "l-1") {
+		t.Fatalf("last record %s, want the deleted record", last)
+	}
+	if err := c.Get(context.Background(), req.NamespacedName, got); err == nil {
+		t.Fatalf("the lease stays with finalizers %v after its last record", got.Finalizers)
+	}
+}
+
+func TestTheBackoffDoublesToAMinuteOnTheInjectedClock(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
+	g := newGate(clk)
+	var got []time.Duration
+	for range 9 {
+		got = append(got, g.fail())
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, time.Minute, time.Minute, time.Minute}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("backoffs %v, want %v", got, want)
+		}
+	}
+	if g.open() {
+		t.Fatal("open inside the backoff")
+	}
+	clk.Step(time.Minute)
+	if !g.open() {
+		t.Fatal("still closed once the backoff passed")
+	}
+	g.succeed()
+	if d := g.fail(); d != time.Second {
+		t.Fatalf("after a success the backoff restarts at %s, not 1s", d)
+	}
+}

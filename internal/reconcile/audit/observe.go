@@ -1,0 +1,20 @@
+package audit
+
+import (
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/audit"
+)
+
+// observeInstance journals what moved on an instance since the exporter
+// last looked.
+func observeInstance(obj client.Object, now time.Time) int {
+	inst, ok := obj.(*computev1alpha1.MacOSInstance)
+	if !ok {
+		return 0
+	}
+	return audit.JournalInstance(inst, now)
+}
