@@ -39,6 +39,7 @@ type Env struct {
 	Scheme      *k8sruntime.Scheme
 
 	controllerManagers []*ControllerManager
+	operatorProcesses  []*OperatorProcess
 	// images is the suite's golden store; resolving says whether an
 	// operator that resolves MacOSImages runs.
 	images    *imageStore
@@ -86,8 +87,9 @@ func Start(customize ...func(*envtest.Environment)) (*Env, error) {
 	return &Env{Environment: env, Config: cfg, Client: cl, Scheme: scheme}, nil
 }
 
-// Stop stops every kube-controller-manager StartControllerManager started,
-// then the control plane.
+// Stop stops every kube-controller-manager StartControllerManager started
+// and every operator StartOperatorProcess started, then the control plane.
+// An operator process the suite stopped or killed already is no error.
 func (e *Env) Stop() error {
 	if e == nil || e.Environment == nil {
 		return nil
@@ -95,6 +97,9 @@ func (e *Env) Stop() error {
 	var errs []error
 	for _, cm := range e.controllerManagers {
 		errs = append(errs, cm.Stop())
+	}
+	for _, p := range e.operatorProcesses {
+		_ = p.Stop()
 	}
 	if e.images != nil {
 		e.images.stop()

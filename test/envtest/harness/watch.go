@@ -19,6 +19,11 @@ type BindingsSeen struct {
 	// Rebinds counts MacNode bindings that moved from one lease to another
 	// without being cleared in between.
 	Rebinds int
+	// DoubleBindings counts the times a lease UID was seen in the bindings
+	// of two MacNodes at once.
+	DoubleBindings int
+	// LeasesBound counts the lease UIDs ever seen in a MacNode's binding.
+	LeasesBound int
 }
 
 // BindingWatcher watches every lease and MacNode of one class.
@@ -28,14 +33,17 @@ type BindingWatcher struct {
 	mu     sync.Mutex
 	bound  map[types.UID]bool
 	owner  map[string]types.UID
-	seen   BindingsSeen
+	// holders counts the MacNodes whose binding names each lease UID.
+	holders map[types.UID]int
+	ever    map[types.UID]bool
+	seen    BindingsSeen
 }
 
 // WatchBindings starts watching leases and MacNodes of class through the
 // API server (not a cache), so that every intermediate state is seen.
 func WatchBindings(ctx context.Context, e *Env, class string) *BindingWatcher {
 	ctx, cancel := context.WithCancel(ctx)
-	w := &BindingWatcher{cancel: cancel, bound: map[types.UID]bool{}, owner: map[string]types.UID{}}
+	w := &BindingWatcher{cancel: cancel, bound: map[types.UID]bool{}, owner: map[string]types.UID{}, holders: map[types.UID]int{}, ever: map[types.UID]bool{}}
 	c, err := client.NewWithWatch(e.Config, client.Options{Scheme: e.Scheme})
 	if err != nil {
 		panic(err)
@@ -74,6 +82,24 @@ func WatchBindings(ctx context.Context, e *Env, class string) *BindingWatcher {
 		}
 		if prev := w.owner[n.Name]; prev != "" && uid != "" && prev != uid {
 			w.seen.Rebinds++
+		}
+		if ev.Type == watch.Deleted {
+			uid = ""
+		}
+		if prev := w.owner[n.Name]; prev != uid {
+			if prev != "" {
+				w.holders[prev]--
+			}
+			if uid != "" {
+				w.holders[uid]++
+				if w.holders[uid] > 1 {
+					w.seen.DoubleBindings++
+				}
+				if !w.ever[uid] {
+					w.ever[uid] = true
+					w.seen.LeasesBound++
+				}
+			}
 		}
 		w.owner[n.Name] = uid
 	})
