@@ -18,6 +18,17 @@ CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 OPA            := $(BIN)/opa-$(OPA_VERSION)
 CONFTEST       := $(BIN)/conftest-$(CONFTEST_VERSION)
 STATICCHECK    := $(BIN)/staticcheck-$(STATICCHECK_VERSION)
+BUNDLECHECK    := $(BIN)/bundlecheck
+
+# The release the OLM bundle and the operator image are of. The CSV and
+# config/manager/manager.yaml name the image by this tag (its digest is pinned
+# at release), so bundle/ does not change with every commit.
+BUNDLE_VERSION := 0.1.0
+IMG_TAG        := v$(BUNDLE_VERSION)
+IMG_REPO       := ghcr.io/boualleiguie/macrack-operator
+IMG            ?= $(IMG_REPO):$(IMG_TAG)
+BUNDLE_IMG     ?= $(IMG_REPO)-bundle:$(IMG_TAG)
+IMAGE_ARCH     ?= $(shell go env GOARCH)
 
 GO_TEST_FLAGS ?= -count=1
 # Test binaries are linked without symbol tables and DWARF: about a quarter
@@ -85,11 +96,52 @@ kubectl:
 registry: ## Build the CNCF Distribution registry (filesystem storage) into bin/registry from the Go module proxy.
 	hack/registry/build.sh $(BIN)/registry
 
+.PHONY: nats
+nats: ## Build nats-server (JetStream) into bin/nats-server from the Go module proxy: the audit stream's sink in make run and the tests.
+	hack/nats/build.sh $(BIN)/nats-server
+
 ##@ Build
 
 .PHONY: build
 build: ## Build every binary into bin/.
 	go build -o $(BIN)/ ./cmd/... ./hack/devcluster
+
+##@ OLM bundle and images (no Docker)
+
+.PHONY: bundle
+bundle: ## The OLM bundle in bundle/ (CSV, CRDs, roles, annotations) from config/; commit it.
+	go run ./hack/bundle --root $(CURDIR) --out bundle --version $(BUNDLE_VERSION) --image $(IMG)
+
+.PHONY: bundlecheck
+bundlecheck: ## Build the bundle validator (the operator framework's validators, hack/bundlecheck) into bin/bundlecheck.
+	hack/bundlecheck/build.sh $(BUNDLECHECK)
+
+# The committed bundle names the release's image, whatever IMG says.
+.PHONY: check-bundle
+check-bundle: bundlecheck ## Fail if bundle/ is not what `make bundle` writes, or if a validator reports an error or a warning.
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	  go run ./hack/bundle --root $(CURDIR) --out "$$tmp" --version $(BUNDLE_VERSION) --image $(IMG_REPO):$(IMG_TAG); \
+	  if ! diff -ru bundle "$$tmp"; then echo "bundle/ is stale: run 'make bundle' and commit it"; exit 1; fi; \
+	  echo "bundle/ is current"
+	$(BUNDLECHECK) bundle
+
+.PHONY: image
+image: ## The operator image (static binary, empty base) as an OCI layout in bin/image/; IMAGE_ARCH=arm64 cross-builds, PUSH=1 pushes it to IMG.
+	mkdir -p $(BIN)/image
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) go build -trimpath -ldflags '-s -w' \
+	  -o $(BIN)/image/operator-linux-$(IMAGE_ARCH) ./cmd/operator
+	cd hack/image && go run . --binary $(BIN)/image/operator-linux-$(IMAGE_ARCH) --arch $(IMAGE_ARCH) \
+	  --version $(IMG_TAG) --revision "$$(git -C $(CURDIR) rev-parse HEAD 2>/dev/null || true)" \
+	  --tag $(IMG) --output $(BIN)/image/macrack-operator-linux-$(IMAGE_ARCH).oci $(if $(PUSH),--push $(IMG))
+
+.PHONY: bundle-image
+bundle-image: ## The OLM bundle image of bundle/ as an OCI layout in bin/image/; PUSH=1 pushes it to BUNDLE_IMG.
+	cd hack/image && go run . --bundle $(CURDIR)/bundle --arch $(IMAGE_ARCH) \
+	  --tag $(BUNDLE_IMG) --output $(BIN)/image/macrack-operator-bundle.oci $(if $(PUSH),--push $(BUNDLE_IMG))
+
+.PHONY: image-test
+image-test: registry ## The image builder's tests: both images pushed to a real registry and read back.
+	cd hack/image && go test $(GO_TEST_FLAGS) -ldflags '$(GO_TEST_LDFLAGS)' ./...
 
 ##@ Checks and tests
 
@@ -111,7 +163,7 @@ check-generated: $(CONTROLLER_GEN) ## Fail if `make generate manifests` changes 
 	hack/check-generated.sh $(MAKE) generate manifests
 
 .PHONY: check-aligned-modules
-check-aligned-modules: ## Fail if the project and hack/controlplane build a shared module at two versions.
+check-aligned-modules: ## Fail if the project and hack/{controlplane,registry,bundlecheck,image} build a shared module at two versions.
 	hack/check-aligned-modules.sh
 
 .PHONY: check-decoupling
@@ -128,37 +180,38 @@ policy: $(OPA) $(CONFTEST) ## The reviewers' tools on policies/: opa fmt, check,
 	  --opa-version $(OPA_VERSION) --conftest-version $(CONFTEST_VERSION)
 
 .PHONY: unit
-unit: registry ## Unit tests (no control plane; the golden tests run the real registry).
+unit: registry nats ## Unit tests (no control plane; the golden tests run the real registry).
 	go test $(GO_TEST_FLAGS) -ldflags '$(GO_TEST_LDFLAGS)' $(UNIT_PKGS)
 
 .PHONY: envtest
-envtest: controlplane registry ## Integration suites against a real kube-apiserver and etcd (some with kube-controller-manager).
+envtest: controlplane registry nats ## Integration suites against a real kube-apiserver and etcd (some with kube-controller-manager).
 	go test $(GO_TEST_FLAGS) -ldflags '$(GO_TEST_LDFLAGS)' -timeout 25m ./test/envtest/...
 
 # go-tests is unit and envtest in one go test: the go command links the
 # next test binaries while the envtest suites wait on their API servers.
 .PHONY: go-tests
-go-tests: controlplane registry
+go-tests: controlplane registry nats
 	go test $(GO_TEST_FLAGS) -ldflags '$(GO_TEST_LDFLAGS)' -timeout 25m ./...
 
 # On two cores a cold run is mostly compiling. The steps that leave a core
-# idle run side by side: the pinned tools beside the control plane's
-# compile, and conftest's compile beside the test suites, which mostly wait.
+# idle run side by side: the pinned tools and the bundle validator beside the
+# control plane's compile, and conftest's compile and the image builder's test
+# beside the test suites, which mostly wait.
 .PHONY: test
 test: check-aligned-modules fmt-check check-decoupling ## Everything CI runs.
-	$(MAKE) -j2 --output-sync=target controlplane registry $(CONTROLLER_GEN) $(STATICCHECK) $(OPA)
-	$(MAKE) vet staticcheck check-generated
-	$(MAKE) -j2 --output-sync=target policy go-tests
+	$(MAKE) -j2 --output-sync=target controlplane registry nats $(CONTROLLER_GEN) $(STATICCHECK) $(OPA) bundlecheck
+	$(MAKE) vet staticcheck check-generated check-bundle
+	$(MAKE) -j2 --output-sync=target policy go-tests image-test
 	@echo "make test: all checks passed"
 
 .PHONY: bench
-bench: controlplane registry ## Benchmarks; record the figures in BENCHMARKS.md.
+bench: controlplane registry nats ## Benchmarks; record the figures in BENCHMARKS.md.
 	go test -run '^$$' -bench . -benchmem $$(go list ./... )
 
 ##@ Run
 
 .PHONY: run
-run: controlplane kubectl registry build ## Local control plane + operator; prints the KUBECONFIG line.
+run: controlplane kubectl registry nats build ## Local control plane + operator; prints the KUBECONFIG line.
 	$(BIN)/devcluster --root $(CURDIR)
 
 .PHONY: clean
