@@ -22,6 +22,11 @@ const (
 	observedPhase = "phase"
 	observedStop  = "lastStop"
 	observedWipe  = "wipe"
+	// observedRun is "running" after a running record, "stopped" after a
+	// stopped one: a run that ends gets its stopped record even when no
+	// observation caught the VM Stopped (a deleted instance stops and is
+	// wiped within moments).
+	observedRun = "run"
 )
 
 // JournalInstance appends what moved on inst since the exporter last
@@ -36,7 +41,7 @@ func JournalInstance(inst *computev1alpha1.MacOSInstance, now time.Time) (droppe
 	base := func() map[string]string {
 		return map[string]string{"tenant": inst.Namespace, "lease": inst.Spec.LeaseName, "node": st.NodeName, "image": inst.Spec.ImageName}
 	}
-	cur := map[string]string{observedNode: st.NodeName}
+	cur := map[string]string{observedNode: st.NodeName, observedPhase: ""}
 	if st.Audit == nil || st.Audit.NextSequence == 0 {
 		recs = append(recs, record("created", inst.CreationTimestamp.Time, "", "", base()))
 	}
@@ -44,10 +49,18 @@ func JournalInstance(inst *computev1alpha1.MacOSInstance, now time.Time) (droppe
 		recs = append(recs, record("placed", now, "", "", base()))
 	}
 	if rt := st.Runtime; rt != nil {
-		cur[observedPhase] = string(rt.Phase)
+		// Only whether it runs: the phases before and after a run are not
+		// transitions of their own, and each would cost a write.
+		if rt.Phase == computev1alpha1.VMRunning {
+			cur[observedPhase] = string(rt.Phase)
+		}
 		if rt.Phase == computev1alpha1.VMRunning && seen[observedPhase] != string(rt.Phase) {
 			// Observed now: a report's time may still be the last run's.
 			recs = append(recs, record("running", now, "", "", base()))
+		}
+		run := seen[observedRun]
+		if rt.Phase == computev1alpha1.VMRunning && seen[observedPhase] != string(rt.Phase) {
+			run = "running"
 		}
 		if s := rt.LastStop; s != nil {
 			cur[observedStop] = stamp(&s.At)
@@ -55,8 +68,18 @@ func JournalInstance(inst *computev1alpha1.MacOSInstance, now time.Time) (droppe
 				a := base()
 				a["method"] = string(s.Method)
 				recs = append(recs, record("stopped", s.At.Time, string(s.Method), s.Reason, a))
+				run = "stopped"
 			}
 		}
+		if run == "running" && (rt.Phase == computev1alpha1.VMStopped || rt.Phase == computev1alpha1.VMFailed || rt.Wipe != nil) {
+			reason := string(rt.Phase)
+			if rt.Wipe != nil {
+				reason = "Wiped"
+			}
+			recs = append(recs, record("stopped", now, reason, "", base()))
+			run = "stopped"
+		}
+		cur[observedRun] = run
 		if w := rt.Wipe; w != nil {
 			cur[observedWipe] = stamp(&w.WipedAt)
 			if seen[observedWipe] != cur[observedWipe] {

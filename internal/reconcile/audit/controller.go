@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -105,6 +106,32 @@ func (everyReplica) NeedLeaderElection() bool          { return false }
 type kindReconciler struct {
 	e *Exporter
 	k *kind
+
+	// sent remembers, per object, the last sequence a sink acknowledged,
+	// so that a pass on a cache that has not seen the cursor move yet does
+	// not send those records again. The cursor in status stays the truth:
+	// a restart starts from it.
+	mu   sync.Mutex
+	sent map[types.UID]int64
+}
+
+func (r *kindReconciler) lastSent(uid types.UID) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sent[uid]
+}
+
+func (r *kindReconciler) setSent(uid types.UID, seq int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sent == nil {
+		r.sent = map[types.UID]int64{}
+	}
+	if seq == 0 {
+		delete(r.sent, uid)
+		return
+	}
+	r.sent[uid] = max(r.sent[uid], seq)
 }
 
 // Reconcile reads like the export: journal what was observed, hold the
@@ -132,8 +159,16 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, nil // the retrier brings it back
 	}
 	j := *k.journal(obj)
-	if recs := j.Unexported(); len(recs) > 0 {
+	sent := max(j.ExportedSequence, r.lastSent(obj.GetUID()))
+	var recs []fleetv1alpha1.AuditRecord
+	for _, rec := range j.Unexported() {
+		if rec.Sequence > sent {
+			recs = append(recs, rec)
+		}
+	}
+	if len(recs) > 0 || sent > j.ExportedSequence {
 		exported, err := r.publish(ctx, obj, recs)
+		exported = max(exported, sent)
 		if exported > j.ExportedSequence {
 			if perr := r.advance(ctx, obj, exported); perr != nil {
 				return ctrl.Result{}, errors.Join(err, perr)
@@ -181,6 +216,7 @@ func (r *kindReconciler) publish(ctx context.Context, obj client.Object, recs []
 		r.e.Metrics.published(r.k.name, time.Since(start))
 		r.e.gate.succeed()
 		acked = rec.Sequence
+		r.setSent(obj.GetUID(), acked)
 	}
 	return acked, nil
 }
@@ -221,6 +257,7 @@ func (r *kindReconciler) finalize(ctx context.Context, obj client.Object) error 
 	if l, ok := obj.(*leasingv1alpha1.MacNodeLease); ok {
 		r.e.Metrics.billed.add(l, r.e.Clock.Now())
 	}
+	r.setSent(obj.GetUID(), 0)
 	base := obj.DeepCopyObject().(client.Object)
 	controllerutil.RemoveFinalizer(obj, fleetv1alpha1.AuditFinalizer)
 	if err := r.e.Client.Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {

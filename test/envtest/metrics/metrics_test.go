@@ -1,14 +1,17 @@
 package metrics
 
 import (
+	"encoding/json"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
+	cloudevents "github.com/cloudevents/sdk-go/v2/event"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	dto "github.com/prometheus/client_model/go"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -17,6 +20,7 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/audit"
 	"github.com/boualleiguie/macrack-operator/internal/conditions"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 )
@@ -165,6 +169,42 @@ var _ = Describe("The operator's metrics", Ordered, func() {
 		}, "60s").Should(Equal(computev1alpha1.VMRunning))
 		Eventually(valueOf("macrack_image_cache_hits_total", image)).Should(Equal(1.0), "the instance found its golden in the cache")
 		Expect(value(scrape(), "macrack_image_pull_duration_seconds", image)).To(Equal(1.0), "and pulled nothing")
+	})
+
+	It("streams the instance's records, from created to its wipe's evidence and deleted, and the refusal with its rule", func() {
+		Expect(admin.Delete(ctx, inst)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(inst), &computev1alpha1.MacOSInstance{}))
+		}, "60s").Should(BeTrue(), "the instance goes once wiped and its last record is out")
+		byID := map[string]cloudevents.Event{}
+		var types []string
+		for _, line := range strings.Split(strings.TrimSpace(records.String()), "\n") {
+			var ev cloudevents.Event
+			Expect(json.Unmarshal([]byte(line), &ev)).To(Succeed(), line)
+			if strings.HasPrefix(ev.ID(), "instance/"+string(inst.UID)+"/") {
+				types = append(types, ev.Type())
+				byID[ev.ID()] = ev
+			}
+			if ev.Type() == "io.macrack.denial.webhook" {
+				byID["denial"] = ev
+			}
+		}
+		Expect(types).To(ContainElements("io.macrack.instance.created", "io.macrack.instance.placed", "io.macrack.instance.running",
+			"io.macrack.instance.stopped", "io.macrack.instance.wiped", "io.macrack.instance.deleted"))
+		var wiped audit.Data
+		for _, ev := range byID {
+			if ev.Type() == "io.macrack.instance.wiped" {
+				Expect(ev.DataAs(&wiped)).To(Succeed())
+			}
+		}
+		Expect(wiped.Attributes).To(HaveKey("method"))
+		Expect(wiped.Attributes["bytes"]).NotTo(BeEmpty())
+		Expect(wiped.Attributes["tenant"]).To(Equal(inst.Namespace))
+		var denial audit.Data
+		Expect(byID).To(HaveKey("denial"), "the refused 1h lease")
+		Expect(byID["denial"].DataAs(&denial)).To(Succeed())
+		Expect(denial.Attributes).To(HaveKeyWithValue("rule", "lease.floor"))
+		Expect(denial.Attributes["revision"]).To(Equal(op.Engine.Revision()))
 	})
 
 	It("exports every metric the Grafana dashboard queries", func() {

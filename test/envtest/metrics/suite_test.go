@@ -10,8 +10,10 @@
 package metrics
 
 import (
+	"bytes"
 	"context"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,7 +37,28 @@ var (
 	helperPath string
 	binDir     string
 	agent      *harness.Agent
+	// records is the operator's audit stream, its JSON lines.
+	records = &lines{}
 )
+
+// lines keeps what the JSON-lines sink writes, and shows it in the log.
+type lines struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, _ = GinkgoWriter.Write(p)
+	return l.buf.Write(p)
+}
+
+func (l *lines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
 
 func TestMetrics(t *testing.T) {
 	RegisterFailHandler(Fail)
@@ -62,7 +85,7 @@ var _ = BeforeSuite(func() {
 	// The audit stream goes to the log, as the operator's default stdout
 	// sink would send it: its export metrics are part of every scrape.
 	op, err = env.StartOperator(harness.OperatorOptions{
-		Start: time.Now(), Webhooks: true, MaxConcurrentReconciles: 4, AuditSink: audit.NewLines(GinkgoWriter),
+		Start: time.Now(), Webhooks: true, MaxConcurrentReconciles: 4, AuditSink: audit.NewLines(records),
 		Log: zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)).WithName("operator"),
 	})
 	Expect(err).NotTo(HaveOccurred())
