@@ -38,7 +38,8 @@ id counts once, however many copies were read.
 
 A lease bills from its bound record (its boundAt) to its released record
 (its releasedAt), within the window [--from, --to): a lease still bound at
-the window's end bills to the window's end, and a lease whose bound record
+the window's end bills to the window's end (or to now, when the window runs
+into the future), and a lease whose bound record
 is not among those read bills nothing. The time a tenant's chassis spent in
 quarantine, from quarantine.started to quarantine.ended, is part of its
 chassis-hours and is reported apart as OUTAGE-HOURS, for the billing system
@@ -52,6 +53,8 @@ Flags:
   --file FILE           read a JSON-lines file instead; - reads stdin
                         (exactly one of --nats and --file)
   --stream NAME         the stream, with --nats (default MACRACK_AUDIT)
+  --now TIME            the time the report is as of, RFC 3339 (default: this
+                        machine's clock); a window past it bills up to it
   -o, --output FORMAT   text or json (default text)
 
 Output:
@@ -101,6 +104,7 @@ func runBillingReport(ctx context.Context, e env, args []string) error {
 	natsURL := fs.String("nats", "", "")
 	file := fs.String("file", "", "")
 	stream := fs.String("stream", audit.DefaultStream, "")
+	nowFlag := fs.String("now", "", "")
 	output := textOutputFlag(fs)
 	pos, err := parseFlags(fs, cmd, args, e.stdout, billingReportUsage)
 	if err != nil {
@@ -142,7 +146,13 @@ func runBillingReport(ctx context.Context, e env, args []string) error {
 	}
 	// A window that runs into the future bills a lease still bound up to
 	// now, not for hours that have not happened yet.
-	if now := e.now(); to.After(now) && now.After(from) {
+	now := e.now()
+	if *nowFlag != "" {
+		if now, err = time.Parse(time.RFC3339, *nowFlag); err != nil {
+			return usagef(cmd, "--now %q is not an RFC 3339 time, like 2026-06-01T12:00:00Z", *nowFlag)
+		}
+	}
+	if to.After(now) && now.After(from) {
 		to = now
 	}
 	usage, err := audit.Billing(events, from, to)

@@ -331,4 +331,13 @@ func TestAWindowIntoTheFutureIsBilledUpToNow(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || len(rep.Usage) != 1 || rep.Usage[0].ChassisHours != 14 {
 		t.Fatalf("after the day: %v %s", err, r.stdout)
 	}
+	// --now says what the report is as of, whatever this machine's clock.
+	r = runAt(t, afterTheDay, "", "billing", "report", "--from", billFrom, "--to", billTo, "--file", file, "--now", "2026-06-01T13:00:00Z", "-o", "json")
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || len(rep.Usage) != 1 || rep.Usage[0].ChassisHours != 3 {
+		t.Fatalf("--now 13:00: %v %s", err, r.stdout)
+	}
+	r = runAt(t, afterTheDay, "", "billing", "report", "--from", billFrom, "--to", billTo, "--file", file, "--now", "1pm")
+	if r.code != 2 || !strings.Contains(r.stderr, `--now "1pm" is not an RFC 3339 time`) {
+		t.Fatalf("a bad --now: exit %d %s", r.code, r.stderr)
+	}
 }
