@@ -391,7 +391,10 @@ var _ = Describe("The quota-stuck loop", func() {
 		close(c.watching)
 		c.watched.Wait()
 		Expect(c.strangers).To(BeEmpty())
-		Expect(apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(c.lease), &leasingv1alpha1.MacNodeLease{}))).To(BeTrue())
+		// The lease goes after its chassis, on its own write.
+		Eventually(func() bool {
+			return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(c.lease), &leasingv1alpha1.MacNodeLease{}))
+		}).Should(BeTrue())
 	})
 
 	It("gives up after more than 3 quarantines in 24 hours: the chassis stays Quarantined, is not rebooted, and goes to no one", func() {
