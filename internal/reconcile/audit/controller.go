@@ -301,7 +301,7 @@ func (e *Exporter) enqueueWaiting(ctx context.Context) error {
 		if err := e.Client.List(ctx, list); err != nil {
 			return err
 		}
-		for _, o := range k.items(list) {
+		for _, o := range objects(list) {
 			if (*k.journal(o)).Backlog() > 0 || !o.GetDeletionTimestamp().IsZero() {
 				select {
 				case e.retry[k.name] <- event.GenericEvent{Object: o}:

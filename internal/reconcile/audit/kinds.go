@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
@@ -16,7 +17,6 @@ type kind struct {
 	controller string
 	newObject  func() client.Object
 	newList    func() client.ObjectList
-	items      func(client.ObjectList) []client.Object
 	journal    func(client.Object) **fleetv1alpha1.AuditJournal
 	// finalized kinds carry the audit finalizer: they are namespaced, a
 	// tenant deletes them, and their last records must not go with them.
@@ -26,19 +26,25 @@ type kind struct {
 	observed bool
 }
 
+// objects are a list's items.
+func objects(l client.ObjectList) []client.Object {
+	items, err := meta.ExtractList(l)
+	if err != nil {
+		return nil // every list here is a typed list of our kinds
+	}
+	out := make([]client.Object, 0, len(items))
+	for _, o := range items {
+		out = append(out, o.(client.Object))
+	}
+	return out
+}
+
 func kinds() []*kind {
 	return []*kind{
 		{
 			name: fleetv1alpha1.AuditKindLease, controller: "macrack-lease", finalized: true,
 			newObject: func() client.Object { return &leasingv1alpha1.MacNodeLease{} },
 			newList:   func() client.ObjectList { return &leasingv1alpha1.MacNodeLeaseList{} },
-			items: func(l client.ObjectList) []client.Object {
-				var out []client.Object
-				for i := range l.(*leasingv1alpha1.MacNodeLeaseList).Items {
-					out = append(out, &l.(*leasingv1alpha1.MacNodeLeaseList).Items[i])
-				}
-				return out
-			},
 			journal: func(o client.Object) **fleetv1alpha1.AuditJournal {
 				return &o.(*leasingv1alpha1.MacNodeLease).Status.Audit
 			},
@@ -47,13 +53,6 @@ func kinds() []*kind {
 			name: fleetv1alpha1.AuditKindInstance, controller: "macrack-audit", finalized: true, observed: true,
 			newObject: func() client.Object { return &computev1alpha1.MacOSInstance{} },
 			newList:   func() client.ObjectList { return &computev1alpha1.MacOSInstanceList{} },
-			items: func(l client.ObjectList) []client.Object {
-				var out []client.Object
-				for i := range l.(*computev1alpha1.MacOSInstanceList).Items {
-					out = append(out, &l.(*computev1alpha1.MacOSInstanceList).Items[i])
-				}
-				return out
-			},
 			journal: func(o client.Object) **fleetv1alpha1.AuditJournal {
 				return &o.(*computev1alpha1.MacOSInstance).Status.Audit
 			},
@@ -62,27 +61,13 @@ func kinds() []*kind {
 			name: fleetv1alpha1.AuditKindChassis, controller: "macrack-node",
 			newObject: func() client.Object { return &fleetv1alpha1.MacNode{} },
 			newList:   func() client.ObjectList { return &fleetv1alpha1.MacNodeList{} },
-			items: func(l client.ObjectList) []client.Object {
-				var out []client.Object
-				for i := range l.(*fleetv1alpha1.MacNodeList).Items {
-					out = append(out, &l.(*fleetv1alpha1.MacNodeList).Items[i])
-				}
-				return out
-			},
-			journal: func(o client.Object) **fleetv1alpha1.AuditJournal { return &o.(*fleetv1alpha1.MacNode).Status.Audit },
+			journal:   func(o client.Object) **fleetv1alpha1.AuditJournal { return &o.(*fleetv1alpha1.MacNode).Status.Audit },
 		},
 		{
 			name: fleetv1alpha1.AuditKindImage, controller: "macrack-image",
 			newObject: func() client.Object { return &fleetv1alpha1.MacOSImage{} },
 			newList:   func() client.ObjectList { return &fleetv1alpha1.MacOSImageList{} },
-			items: func(l client.ObjectList) []client.Object {
-				var out []client.Object
-				for i := range l.(*fleetv1alpha1.MacOSImageList).Items {
-					out = append(out, &l.(*fleetv1alpha1.MacOSImageList).Items[i])
-				}
-				return out
-			},
-			journal: func(o client.Object) **fleetv1alpha1.AuditJournal { return &o.(*fleetv1alpha1.MacOSImage).Status.Audit },
+			journal:   func(o client.Object) **fleetv1alpha1.AuditJournal { return &o.(*fleetv1alpha1.MacOSImage).Status.Audit },
 		},
 	}
 }

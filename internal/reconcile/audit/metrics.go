@@ -135,7 +135,7 @@ func (c *backlogCollector) collect(ctx context.Context) (lag, backlog float64, b
 		if err := c.client.List(ctx, list); err != nil {
 			continue
 		}
-		for _, o := range k.items(list) {
+		for _, o := range objects(list) {
 			j := *k.journal(o)
 			backlog += float64(j.Backlog())
 			for _, r := range j.Unexported() {
