@@ -159,6 +159,9 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, nil // the retrier brings it back
 	}
 	j := *k.journal(obj)
+	if j == nil {
+		j = &fleetv1alpha1.AuditJournal{} // its writer has not journaled it yet
+	}
 	sent := max(j.ExportedSequence, r.lastSent(obj.GetUID()))
 	var recs []fleetv1alpha1.AuditRecord
 	for _, rec := range j.Unexported() {

@@ -162,3 +162,22 @@ func TestTheBackoffDoublesToAMinuteOnTheInjectedClock(t *testing.T) {
 		t.Fatalf("after a success the backoff restarts at %s, not 1s", d)
 	}
 }
+
+// TestAnObjectNotJournaledYetIsLeftAlone: the exporter may see a lease
+// before its controller wrote its first record.
+func TestAnObjectNotJournaledYetIsLeftAlone(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
+	s := &sink{}
+	l := &leasingv1alpha1.MacNodeLease{ObjectMeta: metav1.ObjectMeta{Name: "new", Namespace: "t", UID: "l-2"},
+		Spec: leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: "m4", MinimumDuration: "24h"}}
+	_, r, c := exporterFor(t, s, clk, l)
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(l)}
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	got := &leasingv1alpha1.MacNodeLease{}
+	_ = c.Get(context.Background(), req.NamespacedName, got)
+	if len(s.ids) != 0 || got.Status.Audit != nil || len(got.Finalizers) != 1 {
+		t.Fatalf("published %v, journal %+v, finalizers %v; want nothing sent, no journal, the audit finalizer", s.ids, got.Status.Audit, got.Finalizers)
+	}
+}
