@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"fmt"
+	"time"
 
 	ce "github.com/cloudevents/sdk-go/v2"
 	cloudevents "github.com/cloudevents/sdk-go/v2/event"
@@ -13,6 +14,9 @@ import (
 type HTTP struct {
 	target string
 	client ce.Client
+	// timeout bounds one send: a receiver that never answers is a failure,
+	// not a stuck exporter.
+	timeout time.Duration
 }
 
 // NewHTTP sends to target.
@@ -21,11 +25,13 @@ func NewHTTP(target string) (*HTTP, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit sink %s: %w", target, err)
 	}
-	return &HTTP{target: target, client: c}, nil
+	return &HTTP{target: target, client: c, timeout: publishTimeout}, nil
 }
 
 // Publish implements Sink.
 func (h *HTTP) Publish(ctx context.Context, ev cloudevents.Event) error {
+	ctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
 	res := h.client.Send(ce.ContextWithTarget(ctx, h.target), ev)
 	if !ce.IsACK(res) {
 		return fmt.Errorf("sending %s to %s: %w", ev.ID(), h.target, res)

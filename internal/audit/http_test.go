@@ -61,3 +61,29 @@ func TestTheHTTPSinkSendsCloudEventsAndTakesOnlyA2xxAsAcknowledged(t *testing.T)
 		t.Fatalf("the server received %q, want [%q]", got, want)
 	}
 }
+
+// TestAReceiverThatNeverAnswersIsAFailure: the send gives up at its
+// timeout, and the exporter backs off, rather than wait for ever.
+func TestAReceiverThatNeverAnswersIsAFailure(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
+	defer srv.Close()
+	defer close(release)
+	h, err := NewHTTP(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.timeout = 50 * time.Millisecond
+	lease := &metav1.ObjectMeta{Name: "mini", Namespace: "tenant-a", UID: "l-1"}
+	ev, _ := Origin{Cluster: "prod"}.Event("lease", "macrack-lease", lease, fleetv1alpha1.AuditRecord{Sequence: 1, Type: "created", Time: metav1.Now()})
+	done := make(chan error, 1)
+	go func() { done <- h.Publish(context.Background(), ev) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("an unanswered send was taken as acknowledged")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the send did not give up")
+	}
+}
