@@ -88,7 +88,7 @@ func main() {
 	fs.DurationVar(&opts.heartbeatInterval, "heartbeat-interval", 10*time.Second, "How often host agents renew their heartbeat Lease.")
 	fs.IntVar(&opts.missedHeartbeats, "missed-heartbeats", 4, "How many heartbeats may be missed before a chassis and its Node are marked not ready.")
 	fs.StringVar(&opts.auditSink, "audit-sink", "stdout",
-		"Where the audit and billing stream goes: nats://host:port (JetStream; MacRack creates its stream), http(s)://url (CloudEvents over HTTP), or stdout (JSON lines).")
+		"Where the audit and billing stream goes: nats://host:port[?stream=NAME&replicas=N&creds=FILE] (JetStream; MacRack creates its stream), http(s)://url (CloudEvents over HTTP), or stdout (JSON lines).")
 	fs.StringVar(&opts.clusterName, "cluster-name", "default", "This cluster's name in the audit records' source, macrack://<cluster>/<controller>.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(fs)

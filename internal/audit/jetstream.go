@@ -35,6 +35,9 @@ type JetStreamOptions struct {
 	Stream string
 	// Replicas of the stream, on a JetStream cluster; 1 if zero.
 	Replicas int
+	// Credentials is a NATS credentials file (a user JWT and its seed), for
+	// a server that wants them.
+	Credentials string
 }
 
 // JetStream publishes each record with its id as the JetStream message id,
@@ -57,7 +60,7 @@ func NewJetStream(_ context.Context, o JetStreamOptions) (*JetStream, error) {
 	if o.Stream == "" {
 		o.Stream = DefaultStream
 	}
-	nc, err := nats.Connect(o.URL,
+	opts := []nats.Option{
 		nats.Name("macrack-audit"),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
@@ -65,7 +68,11 @@ func NewJetStream(_ context.Context, o JetStreamOptions) (*JetStream, error) {
 		// Fail a publish at once while disconnected, rather than buffer it:
 		// the record stays in its object, and the exporter backs off.
 		nats.ReconnectBufSize(-1),
-	)
+	}
+	if o.Credentials != "" {
+		opts = append(opts, nats.UserCredentials(o.Credentials))
+	}
+	nc, err := nats.Connect(o.URL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("audit sink %s: %w", o.URL, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"strconv"
 	"strings"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2/event"
@@ -25,8 +26,10 @@ type Sink interface {
 	Close() error
 }
 
-// Open parses a sink's address: nats://host:port (JetStream),
-// http(s)://... (CloudEvents over HTTP), or stdout (JSON lines).
+// Open parses a sink's address: nats://host:port (JetStream), with the
+// query parameters stream=NAME, replicas=N (on a JetStream cluster) and
+// creds=FILE (a NATS credentials file); http(s)://... (CloudEvents over
+// HTTP); or stdout (JSON lines).
 func Open(ctx context.Context, addr string, stdout io.Writer) (Sink, error) {
 	if addr == "stdout" || addr == "-" {
 		return NewLines(stdout), nil
@@ -37,10 +40,36 @@ func Open(ctx context.Context, addr string, stdout io.Writer) (Sink, error) {
 	}
 	switch strings.ToLower(u.Scheme) {
 	case "nats", "tls":
-		return NewJetStream(ctx, JetStreamOptions{URL: addr})
+		o, err := jetStreamOptions(u)
+		if err != nil {
+			return nil, fmt.Errorf("audit sink %q: %w", addr, err)
+		}
+		return NewJetStream(ctx, o)
 	case "http", "https":
 		return NewHTTP(addr)
 	default:
 		return nil, fmt.Errorf("audit sink %q: want nats://, http(s):// or stdout", addr)
 	}
+}
+
+// jetStreamOptions reads a nats:// address and its query.
+func jetStreamOptions(u *url.URL) (JetStreamOptions, error) {
+	q := u.Query()
+	o := JetStreamOptions{Stream: q.Get("stream"), Credentials: q.Get("creds")}
+	if r := q.Get("replicas"); r != "" {
+		n, err := strconv.Atoi(r)
+		if err != nil || n < 1 || n > 5 {
+			return o, fmt.Errorf("replicas=%q: want 1 to 5", r)
+		}
+		o.Replicas = n
+	}
+	for k := range q {
+		if k != "stream" && k != "replicas" && k != "creds" {
+			return o, fmt.Errorf("unknown parameter %q: want stream, replicas or creds", k)
+		}
+	}
+	server := *u
+	server.RawQuery = ""
+	o.URL = server.String()
+	return o, nil
 }
