@@ -48,11 +48,13 @@ var _ = BeforeSuite(func() {
 })
 
 var _ = AfterSuite(func() {
-	if env != nil {
-		Expect(env.Stop()).To(Succeed())
-	}
+	// nats-server first: a control plane that fails to stop must not leave
+	// it running.
 	if nats != nil {
 		_ = nats.Kill()
 	}
 	_ = os.RemoveAll(dir)
+	if env != nil {
+		Expect(env.Stop()).To(Succeed())
+	}
 })
