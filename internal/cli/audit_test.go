@@ -89,19 +89,27 @@ func publish(t *testing.T, url, stream string, evs ...cloudevents.Event) {
 	}
 }
 
-// publishCopy stores ev once more under another message id: what a sink
-// re-sending it after JetStream's duplicate window would leave.
-func publishCopy(t *testing.T, url string, ev cloudevents.Event) {
+// jetStreamOf is a JetStream context on the server at url, closed with
+// the test.
+func jetStreamOf(t *testing.T, url string) nats.JetStreamContext {
 	t.Helper()
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
 	js, err := nc.JetStream()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return js
+}
+
+// publishCopy stores ev once more under another message id: what a sink
+// re-sending it after JetStream's duplicate window would leave.
+func publishCopy(t *testing.T, url string, ev cloudevents.Event) {
+	t.Helper()
+	js := jetStreamOf(t, url)
 	b, err := json.Marshal(ev)
 	if err != nil {
 		t.Fatal(err)
@@ -114,15 +122,7 @@ func publishCopy(t *testing.T, url string, ev cloudevents.Event) {
 // streamLen is how many messages the stream stores.
 func streamLen(t *testing.T, url, stream string) uint64 {
 	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := nc.JetStream()
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStreamOf(t, url)
 	info, err := js.StreamInfo(stream)
 	if err != nil {
 		t.Fatal(err)
@@ -371,15 +371,7 @@ func TestAuditTailErrors(t *testing.T) {
 	}
 
 	// An empty stream prints nothing, and says so on stderr.
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := nc.JetStream()
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStreamOf(t, url)
 	if _, err := js.AddStream(&nats.StreamConfig{Name: "EMPTY", Subjects: []string{"empty.>"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -298,15 +298,6 @@ func TestBillingUsage(t *testing.T) {
 // afterTheDay is a clock past the billed day.
 var afterTheDay = time.Date(2026, 6, 3, 0, 0, 0, 0, time.UTC)
 
-// runAt runs macrackctl with the clock at now.
-func runAt(t *testing.T, now time.Time, stdin string, args ...string) result {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	e := env{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errOut, now: func() time.Time { return now }}
-	code := run(context.Background(), e, args)
-	return result{code: code, stdout: out.String(), stderr: errOut.String()}
-}
-
 // TestAWindowIntoTheFutureIsBilledUpToNow: a lease still bound counts up
 // to now, not to a window's end that has not come; the same report run
 // after the window ends counts the whole window.

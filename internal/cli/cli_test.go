@@ -31,8 +31,14 @@ type result struct {
 // runCLI runs macrackctl in-process with stdin and a fixed clock.
 func runCLI(t *testing.T, stdin string, args ...string) result {
 	t.Helper()
+	return runAt(t, fixedNow, stdin, args...)
+}
+
+// runAt runs macrackctl in-process with stdin and the clock at now.
+func runAt(t *testing.T, now time.Time, stdin string, args ...string) result {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	e := env{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errOut, now: func() time.Time { return fixedNow }}
+	e := env{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errOut, now: func() time.Time { return now }}
 	code := run(context.Background(), e, args)
 	return result{code: code, stdout: out.String(), stderr: errOut.String()}
 }

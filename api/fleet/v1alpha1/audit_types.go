@@ -100,6 +100,15 @@ func (j *AuditJournal) Unexported() []AuditRecord {
 	return out
 }
 
+// Next is the sequence number the next record will take; 0 for a journal
+// not written yet. A write that moved it numbered records.
+func (j *AuditJournal) Next() int64 {
+	if j == nil {
+		return 0
+	}
+	return j.NextSequence
+}
+
 // Backlog counts the records not yet acknowledged.
 func (j *AuditJournal) Backlog() int64 {
 	if j == nil || j.NextSequence == 0 {

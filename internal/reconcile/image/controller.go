@@ -82,13 +82,6 @@ type scope struct {
 	evicted []string
 }
 
-func nextSequence(img *fleetv1alpha1.MacOSImage) int64 {
-	if img.Status.Audit == nil {
-		return 0
-	}
-	return img.Status.Audit.NextSequence
-}
-
 // Reconcile resolves one golden and counts its verified copies.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	img := &fleetv1alpha1.MacOSImage{}
@@ -100,9 +93,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	before := img.Status.DeepCopy()
 	defer func() {
 		r.updateStatus(s)
-		seq := nextSequence(img)
+		seq := img.Status.Audit.Next()
 		audit.JournalImage(before, img, r.Clock.Now())
-		if nextSequence(img) != seq {
+		if img.Status.Audit.Next() != seq {
 			helper.LockStatus()
 		}
 		if err := helper.Patch(ctx, img); err != nil && !apierrors.IsNotFound(err) {

@@ -176,15 +176,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 // journal records this pass's transitions in the same status write as the
 // transitions themselves.
 func (r *Reconciler) journal(before *leasingv1alpha1.MacNodeLeaseStatus, s *scope, helper *patch.Helper) {
-	seq := int64(0)
-	if j := s.lease.Status.Audit; j != nil {
-		seq = j.NextSequence
-	}
+	seq := s.lease.Status.Audit.Next()
 	dropped := audit.JournalLease(before, s.lease, s.now)
 	if dropped > 0 && r.JournalDropped != nil {
 		r.JournalDropped(dropped)
 	}
-	if j := s.lease.Status.Audit; j != nil && j.NextSequence != seq {
+	if s.lease.Status.Audit.Next() != seq {
 		helper.LockStatus()
 	}
 }
