@@ -98,7 +98,15 @@ func run(log logr.Logger, opts options) error {
 		return err
 	}
 	if opts.pidFile != "" {
-		if err := os.WriteFile(opts.pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
+		// Written whole, then renamed into place: the agent's inventory reads
+		// pid files at any moment, and an empty one read mid-write looked
+		// like a dead helper, whose files it removed while the helper started.
+		tmp := opts.pidFile + ".tmp"
+		if err := os.WriteFile(tmp, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
+			ln.Close()
+			return fmt.Errorf("writing pid file: %w", err)
+		}
+		if err := os.Rename(tmp, opts.pidFile); err != nil {
 			ln.Close()
 			return fmt.Errorf("writing pid file: %w", err)
 		}
