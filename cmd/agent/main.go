@@ -18,7 +18,6 @@ import (
 	"github.com/go-logr/logr"
 
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -92,7 +91,9 @@ func main() {
 		if err != nil {
 			return fmt.Errorf("loading %s: %w", kubeconfig, err)
 		}
-		cfg = withTokenFile(cfg, tokenFile)
+		if cfg, err = agent.WithTokenFile(cfg, tokenFile); err != nil {
+			return err
+		}
 		launcher, err := helper.NewExecLauncher(helper.ExecConfig{
 			Dir: filepath.Join(stateDir, "run"), HelperPath: helperPath, Driver: driverName,
 			KernelStateDir: filepath.Join(stateDir, "kernel"), KillAfter: time.Minute, Log: log.WithName("helpers"),
@@ -150,21 +151,6 @@ func main() {
 		log.Error(err, "Agent stopped")
 		os.Exit(1)
 	}
-}
-
-// withTokenFile makes the client read its bearer token from file, which
-// the agent's token renewer rewrites; the bootstrap token seeds it.
-func withTokenFile(cfg *rest.Config, file string) *rest.Config {
-	if cfg.BearerToken != "" {
-		if _, err := os.Stat(file); os.IsNotExist(err) {
-			_ = os.MkdirAll(filepath.Dir(file), 0o700)
-			_ = os.WriteFile(file, []byte(cfg.BearerToken), 0o600)
-		}
-	}
-	out := rest.CopyConfig(cfg)
-	out.BearerToken = ""
-	out.BearerTokenFile = file
-	return out
 }
 
 // platform is what the driver's host gives the agent's quarantine loop.

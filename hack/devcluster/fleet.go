@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,27 +21,38 @@ import (
 
 	"github.com/boualleiguie/macrack-operator/internal/enroll"
 	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
+	"github.com/boualleiguie/macrack-operator/internal/simfleet"
 	"github.com/boualleiguie/macrack-operator/test/registry"
 )
 
-// The simulated fleet of `make run`.
+// The simulated fleet of `make run`: four minis, each its agent's own
+// process with a vm-helper process per VM, as on real hosts. Past
+// inProcessAbove minis (`make run FLEET=N`), the agents and their VMs run
+// in one simfleet process, each agent still with its own identity,
+// watches and heartbeats.
 const (
-	fleetSize  = 4
-	fleetClass = "m4-16g-1t"
+	defaultFleetSize = 4
+	inProcessAbove   = 8
+	fleetClass       = "m4-16g-1t"
+	// enrollWorkers enroll a large fleet side by side.
+	enrollWorkers = 16
 )
 
 // fleet is what startFleet started.
 type fleet struct {
 	agents []*child
+	// minis is how many minis the agents run.
+	minis int
 	// registry is the golden store; golden the sim golden's pinned reference.
 	registry *registry.Server
 	golden   string
 }
 
 // startFleet applies the agents' and tenants' roles, the sample class and
-// image, enrolls fleetSize simulated minis exactly as an administrator
-// would (macrackctl node enroll), and starts one agent process per mini,
-// each with its own bootstrap kubeconfig, identity and state directory.
+// image, enrolls n simulated minis exactly as an administrator would
+// (macrackctl node enroll), each with its own bootstrap kubeconfig,
+// identity and state directory, and starts their agents: one process per
+// mini, or one simfleet process for them all past inProcessAbove.
 func startFleet(ctx context.Context, env *envtest.Environment, root string, n int) (*fleet, func(), error) {
 	var agents []*child
 	f := &fleet{}
@@ -78,23 +90,29 @@ func startFleet(ctx context.Context, env *envtest.Environment, root string, n in
 		return f, cleanup, err
 	}
 	bin := filepath.Join(root, "bin")
-	for i := 1; i <= n; i++ {
-		serial := fmt.Sprintf("C02SIM%06d", i)
-		kc, err := enroll.Enroll(ctx, c, env.Config, enroll.Options{Serial: serial, Class: fleetClass,
-			AgentsNamespace: agentsNamespace, TokenTTL: 24 * time.Hour})
+	serials := make([]string, n)
+	for i := range serials {
+		serials[i] = fmt.Sprintf("C02SIM%06d", i+1)
+	}
+	if err := enrollAll(ctx, c, env, stateRoot, serials); err != nil {
+		return f, cleanup, err
+	}
+	if n > inProcessAbove {
+		a, err := startProcess(fmt.Sprintf("simfleet (%d minis)", n), filepath.Join(bin, "simfleet"), []string{
+			"--state-root=" + stateRoot, "--agents-namespace=" + agentsNamespace,
+			"--heartbeat-interval=10s", "--zap-log-level=info",
+		})
 		if err != nil {
-			return f, cleanup, fmt.Errorf("enrolling %s: %w", serial, err)
+			return f, cleanup, err
 		}
+		agents = append(agents, a)
+		f.agents, f.minis = agents, n
+		return f, cleanup, nil
+	}
+	for _, serial := range serials {
 		dir := filepath.Join(stateRoot, enroll.NodeName(serial))
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return f, cleanup, err
-		}
-		kubeconfig := filepath.Join(dir, "bootstrap.kubeconfig")
-		if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-			return f, cleanup, err
-		}
 		a, err := startProcess("agent "+serial, filepath.Join(bin, "agent"), []string{
-			"--serial=" + serial, "--kubeconfig=" + kubeconfig, "--state-dir=" + dir,
+			"--serial=" + serial, "--kubeconfig=" + filepath.Join(dir, simfleet.BootstrapKubeconfig), "--state-dir=" + dir,
 			"--agents-namespace=" + agentsNamespace, "--vm-helper=" + filepath.Join(bin, "vm-helper"),
 			"--heartbeat-interval=5s", "--zap-log-level=info",
 		})
@@ -102,9 +120,35 @@ func startFleet(ctx context.Context, env *envtest.Environment, root string, n in
 			return f, cleanup, err
 		}
 		agents = append(agents, a)
-		f.agents = agents
+		f.agents, f.minis = agents, n
 	}
 	return f, cleanup, nil
+}
+
+// enrollAll enrolls each serial, as `macrackctl node enroll` does, and
+// writes its bootstrap kubeconfig into the mini's state directory.
+func enrollAll(ctx context.Context, c client.Client, env *envtest.Environment, stateRoot string, serials []string) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(enrollWorkers)
+	for _, serial := range serials {
+		g.Go(func() error {
+			kc, err := enroll.Enroll(ctx, c, env.Config, enroll.Options{Serial: serial, Class: fleetClass,
+				AgentsNamespace: agentsNamespace, TokenTTL: 24 * time.Hour})
+			if err != nil {
+				return fmt.Errorf("enrolling %s: %w", serial, err)
+			}
+			dir := filepath.Join(stateRoot, enroll.NodeName(serial))
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(dir, simfleet.BootstrapKubeconfig), kc, 0o600)
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	fmt.Printf("devcluster: enrolled %d minis\n", len(serials))
+	return nil
 }
 
 // applyFile creates every object of a YAML file, keeping existing ones.

@@ -11,6 +11,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -30,14 +31,19 @@ import (
 func main() {
 	root := flag.String("root", ".", "The repository root (holds bin/ and config/).")
 	operatorArgs := flag.String("operator-args", "", "Extra flags for the operator, space separated.")
+	fleetSize := flag.Int("fleet", defaultFleetSize, fmt.Sprintf("How many simulated Mac minis to enroll and run; past %d, their agents run in one simfleet process.", inProcessAbove))
 	flag.Parse()
-	if err := run(*root, *operatorArgs); err != nil {
+	if *fleetSize < 1 || *fleetSize > 5000 {
+		fmt.Fprintf(os.Stderr, "devcluster: --fleet %d is not between 1 and 5000\n", *fleetSize)
+		os.Exit(2)
+	}
+	if err := run(*root, *operatorArgs, *fleetSize); err != nil {
 		fmt.Fprintf(os.Stderr, "devcluster: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(root, extraArgs string) error {
+func run(root, extraArgs string, fleetSize int) error {
 	root, err := filepath.Abs(root)
 	if err != nil {
 		return err
@@ -113,6 +119,10 @@ func run(root, extraArgs string) error {
 		return err
 	}
 	defer operator.stop()
+	// The fleet's setup goes through the operator's webhooks.
+	if err := waitReady(ctx, probePort, operator); err != nil {
+		return err
+	}
 
 	fl, cleanup, err := startFleet(ctx, env, root, fleetSize)
 	defer cleanup()
@@ -149,7 +159,7 @@ host agents.
     %s billing report --nats %s --from %s --to %s
 
 Press Ctrl-C to stop everything.
-`, len(env.CRDs), len(fl.agents), fleetClass,
+`, len(env.CRDs), fl.minis, fleetClass,
 		env.Config.Host, env.ControlPlane.Etcd.URL, w.LocalServingHost, w.LocalServingPort, metricsPort, probePort,
 		kcmPort, kcm.logPath, fl.registry.Host(), fl.golden, natsURL, kubeconfigPath, filepath.Join(bin, "k8s"), filepath.Join(bin, "macrackctl"),
 		filepath.Join(bin, "macrackctl"), natsURL, filepath.Join(bin, "macrackctl"), natsURL,
@@ -224,6 +234,31 @@ func createNamespaces(env *envtest.Environment, names ...string) error {
 		}
 	}
 	return nil
+}
+
+// waitReady waits until the operator's readiness probe answers 200: its
+// webhook server serves.
+func waitReady(ctx context.Context, probePort int, operator *child) error {
+	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-operator.done:
+			return fmt.Errorf("the operator exited before it was ready: %w", operator.err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the operator was not ready within 2 minutes (%s)", url)
+		}
+	}
 }
 
 // child is a process devcluster started and must stop.

@@ -14,6 +14,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -205,11 +208,19 @@ func run(ctx context.Context, cfg *rest.Config, c Config, wg *sync.WaitGroup, re
 	if err := mgr.Add(manager.RunnableFunc(inst.RunReaper)); err != nil {
 		return err
 	}
-	hb := &host.Heartbeat{Client: direct, NodeName: c.NodeName, Interval: c.HeartbeatInterval, Clock: c.Clock, Log: c.Log.WithName("heartbeat")}
+	hb := &host.Heartbeat{Client: direct, NodeReader: mgr.GetCache(), NodeName: c.NodeName, Interval: c.HeartbeatInterval, Clock: c.Clock, Log: c.Log.WithName("heartbeat")}
 	wg.Go(func() { _ = hb.Run(ctx) })
 	wg.Go(func() { c.reportFacts(ctx, direct, inst.ReportingQuota) })
 	wg.Go(func() { c.reportImages(ctx, direct, store, inst.RecentWipes, flush) })
-	wg.Go(func() { c.prePull(ctx, direct, store, budget) })
+	// The pre-pull loop reads the MacNode, its class and the images from
+	// the cache (the manager starts it once the cache has synced): a
+	// thousand agents polling the API server would be 300 reads a second.
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		c.prePull(ctx, mgr.GetClient(), store, budget)
+		return nil
+	})); err != nil {
+		return err
+	}
 	return mgr.Start(ctx)
 }
 
@@ -279,3 +290,23 @@ func (c Config) reportFactsWith(ctx context.Context, cl client.Client, reporting
 }
 
 func ptrTrue() *bool { t := true; return &t }
+
+// WithTokenFile makes cfg read its bearer token from file, which the
+// agent's token renewer rewrites. The bootstrap token in cfg seeds the file
+// when there is none yet; after that, the file's token is the newer one.
+func WithTokenFile(cfg *rest.Config, file string) (*rest.Config, error) {
+	if cfg.BearerToken != "" {
+		if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) {
+			if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+				return nil, fmt.Errorf("creating the token's directory: %w", err)
+			}
+			if err := os.WriteFile(file, []byte(cfg.BearerToken), 0o600); err != nil {
+				return nil, fmt.Errorf("seeding the token file: %w", err)
+			}
+		}
+	}
+	out := rest.CopyConfig(cfg)
+	out.BearerToken = ""
+	out.BearerTokenFile = file
+	return out, nil
+}

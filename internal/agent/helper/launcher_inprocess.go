@@ -113,6 +113,10 @@ func (l *InProcessLauncher) Running() (map[string]string, error) {
 // Remove implements Launcher: it stops the VM with the launcher's grace
 // period, then stops serving.
 func (l *InProcessLauncher) Remove(ctx context.Context, uid string) error {
+	return l.remove(ctx, uid, l.stopGrace)
+}
+
+func (l *InProcessLauncher) remove(ctx context.Context, uid string, grace time.Duration) error {
 	l.mu.Lock()
 	h, ok := l.helpers[uid]
 	delete(l.helpers, uid)
@@ -120,7 +124,7 @@ func (l *InProcessLauncher) Remove(ctx context.Context, uid string) error {
 	if !ok {
 		return nil
 	}
-	err := h.srv.VM().Stop(ctx, l.stopGrace)
+	err := h.srv.VM().Stop(ctx, grace)
 	h.cancel()
 	<-h.done
 	if rmErr := os.Remove(l.files.path(uid, socketSuffix)); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
@@ -133,13 +137,19 @@ func (l *InProcessLauncher) Remove(ctx context.Context, uid string) error {
 }
 
 // Close removes every helper.
-func (l *InProcessLauncher) Close(ctx context.Context) error {
+func (l *InProcessLauncher) Close(ctx context.Context) error { return l.removeAll(ctx, l.stopGrace) }
+
+// Kill ends every helper with its VM forced off at once, as a host's
+// reboot does.
+func (l *InProcessLauncher) Kill(ctx context.Context) error { return l.removeAll(ctx, 0) }
+
+func (l *InProcessLauncher) removeAll(ctx context.Context, grace time.Duration) error {
 	l.mu.Lock()
 	uids := slices.Collect(maps.Keys(l.helpers))
 	l.mu.Unlock()
 	var errs []error
 	for _, uid := range uids {
-		errs = append(errs, l.Remove(ctx, uid))
+		errs = append(errs, l.remove(ctx, uid, grace))
 	}
 	return errors.Join(errs...)
 }

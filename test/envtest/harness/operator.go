@@ -45,7 +45,10 @@ func WithWebhooks(env *envtest.Environment) {
 
 // Operator is the operator running in-process against Env, on a fake clock.
 type Operator struct {
+	// Clock is the operator's fake clock, unless OperatorOptions.Clock
+	// gave it another (nil then).
 	Clock *clocktesting.FakeClock
+	clock SteppingClock
 	// Ticks and NodeTicks reach the lease and the node controllers.
 	Ticks, NodeTicks chan event.GenericEvent
 	Engine           *policy.Engine
@@ -76,6 +79,9 @@ type OperatorOptions struct {
 	HeartbeatGrace time.Duration
 	// AuditSink, if set, runs the audit exporter into it.
 	AuditSink audit.Sink
+	// Clock, if set, is the operator's clock in place of a fake one
+	// (Operator.Clock is nil then); Step steps it.
+	Clock SteppingClock
 }
 
 // OperatorNamespace holds the operator's placeholder Pods and policy params.
@@ -113,7 +119,6 @@ func (e *Env) StartOperator(o OperatorOptions) (*Operator, error) {
 		return nil, err
 	}
 	op := &Operator{
-		Clock:     clocktesting.NewFakeClock(o.Start),
 		Ticks:     make(chan event.GenericEvent, 1024),
 		NodeTicks: make(chan event.GenericEvent, 1024),
 		Engine:    engine,
@@ -121,6 +126,12 @@ func (e *Env) StartOperator(o OperatorOptions) (*Operator, error) {
 		Client:    mgr.GetClient(),
 		Registry:  prometheus.NewRegistry(),
 		done:      make(chan error, 1),
+	}
+	if o.Clock != nil {
+		op.clock = o.Clock
+	} else {
+		op.Clock = clocktesting.NewFakeClock(o.Start)
+		op.clock = op.Clock
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	op.stop = cancel
@@ -130,7 +141,7 @@ func (e *Env) StartOperator(o OperatorOptions) (*Operator, error) {
 		return nil, err
 	}
 	if err := operator.Setup(ctx, mgr, operator.Options{
-		Engine: engine, Clock: op.Clock, Params: op.Params,
+		Engine: engine, Clock: op.clock, Params: op.Params,
 		Webhooks: o.Webhooks, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		LeaseTicks: op.Ticks, NodeTicks: op.NodeTicks, Registerer: op.Registry,
 		WebhooksOnly: o.WebhooksOnly, PolicyNamespace: OperatorNamespace, HeartbeatGrace: o.HeartbeatGrace,
@@ -171,7 +182,7 @@ func (op *Operator) Stop() error {
 // Step moves the fake clock and enqueues the given objects, as a clock
 // tick would on a real one.
 func (op *Operator) Step(d time.Duration, objs ...client.Object) {
-	op.Clock.Step(d)
+	op.clock.Step(d)
 	for _, o := range objs {
 		if _, isMacNode := o.(*fleetv1alpha1.MacNode); isMacNode {
 			op.NodeTicks <- event.GenericEvent{Object: o}

@@ -1,0 +1,575 @@
+package fleet
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	_ "net/http/pprof"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/transport"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/enroll"
+	"github.com/boualleiguie/macrack-operator/internal/simfleet"
+	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
+)
+
+// The benchmark's settings, from the environment (make bench-fleet N=…).
+const (
+	envSize = "FLEET_N"
+	// envProfile, set, writes the operator's CPU profile of each wave to
+	// <dir>/<wave>.pprof, and serves net/http/pprof on pprofAddress.
+	envProfile   = "FLEET_PROFILE_DIR"
+	pprofAddress = "127.0.0.1:6061"
+)
+
+const (
+	fleetClass  = "m4-fleet"
+	fleetImage  = "fleet-golden"
+	heartbeat   = 10 * time.Second
+	missedBeats = 4
+	// workers act for the tenants side by side.
+	workers = 64
+	// waveTimeout bounds one wave: a wave that misses it fails the run.
+	waveTimeout = 40 * time.Minute
+	// idleFor is how long the idle fleet is measured: heartbeats and
+	// reports alone.
+	idleFor = 30 * time.Second
+)
+
+// BenchmarkFleet is the fleet at scale, as tenants see it through the API
+// server: N minis enrolled and running their agents (in one child
+// process), N tenants each with a namespace, one lease and two instances.
+// It runs three waves: a cold one (every chassis pulls the golden at
+// once), the release wave (every lease reaches earliestReleaseAt at once,
+// on a clock stepped 25h for the operator and the agents alike), and a
+// warm one (the golden cached on every chassis). Run it once per size:
+//
+//	make bench-fleet N=1000
+func BenchmarkFleet(b *testing.B) {
+	n := 10
+	if v := os.Getenv(envSize); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			b.Fatalf("%s=%q is not a positive number", envSize, v)
+		}
+	}
+	if dir := os.Getenv(envProfile); dir != "" {
+		// The operator's goroutines and blocking, live, while a wave runs.
+		runtime.SetBlockProfileRate(int(time.Millisecond))
+		go func() { _ = http.ListenAndServe(pprofAddress, nil) }()
+	}
+	f := startBench(b, n)
+	f.report = append(f.report, fmt.Sprintf("fleet N=%d: %d minis, %d tenants, %d leases, %d instances; heartbeat %s, grace %s",
+		n, n, n, n, 2*n, heartbeat, heartbeat*missedBeats))
+	idle := f.idle(idleFor)
+	cold := f.wave("cold", "a")
+	release := f.release("a")
+	warm := f.wave("warm", "b")
+	for _, w := range []*waveResult{idle, cold, release, warm} {
+		f.report = append(f.report, w.lines()...)
+	}
+	if fp := f.track.falsePositives(); fp != 0 {
+		b.Errorf("%d chassis went NotReady for a missed heartbeat while their agents ran", fp)
+	} else {
+		f.report = append(f.report, "heartbeat: 0 chassis marked NotReady for a missed heartbeat")
+	}
+	fmt.Println(strings.Join(f.report, "\n"))
+	b.ReportMetric(cold.allRunning.Seconds(), "cold-s")
+	b.ReportMetric(warm.allRunning.Seconds(), "warm-s")
+	b.ReportMetric(release.allReady.Seconds(), "release-s")
+	b.ReportMetric(float64(warm.peakOperator)/(1<<20), "operator-MB")
+}
+
+// bench is one fleet benchmark's cluster.
+type bench struct {
+	b            *testing.B
+	n            int
+	env          *harness.Env
+	op           *harness.Operator
+	clk          *harness.OffsetClock
+	clientset    *kubernetes.Clientset
+	tenants      client.Client
+	namespaces   []string
+	track        *tracker
+	child        *exec.Cmd
+	childIn      io.WriteCloser
+	childOut     *bufio.Scanner
+	apiserverPID string
+	etcdPID      string
+	report       []string
+}
+
+func startBench(b *testing.B, n int) *bench {
+	ctx := context.Background()
+	f := &bench{b: b, n: n, clk: &harness.OffsetClock{}}
+	var err error
+	if f.env, err = harness.Start(harness.WithWebhooks, func(env *envtest.Environment) {
+		// A thousand agents, each with its watches, and tenants creating
+		// at once: the API server's in-flight limits are a real one's.
+		env.ControlPlane.GetAPIServer().Configure().Set("max-requests-inflight", "800").Set("max-mutating-requests-inflight", "400")
+	}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = f.env.Stop() })
+	admin := f.env.Client
+	if dir := os.Getenv(envProfile); dir != "" {
+		// kubectl on the benchmark's cluster, while it runs.
+		if _, err := f.env.AdminKubeconfig(dir); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if f.clientset, err = kubernetes.NewForConfig(f.env.Config); err != nil {
+		b.Fatal(err)
+	}
+	if f.apiserverPID, f.etcdPID, err = controlPlanePIDs(f.env); err != nil {
+		b.Fatal(err)
+	}
+	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: harness.AgentsNamespace}}); err != nil {
+		b.Fatal(err)
+	}
+	for _, file := range []string{"config/rbac/agent_role.yaml", "config/rbac/tenant_roles.yaml"} {
+		if err := f.env.ApplyYAML(ctx, file); err != nil {
+			b.Fatal(err)
+		}
+	}
+	nats, err := harness.StartNATS(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = nats.Kill() })
+	sink, err := audit.Open(ctx, nats.URL(), io.Discard)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = sink.Close() })
+	if f.op, err = f.env.StartOperator(harness.OperatorOptions{Webhooks: true, Clock: f.clk,
+		HeartbeatGrace: heartbeat * missedBeats, AuditSink: sink, MaxConcurrentReconciles: 8,
+		ApplyAdmissionPolicies: true}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = f.op.Stop() })
+	if _, err := harness.CreateClass(ctx, admin, fleetClass, 2); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.env.CreateImage(ctx, admin, fleetImage, "60Gi"); err != nil {
+		b.Fatal(err)
+	}
+	if f.track, err = startTracker(ctx, f.env); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(f.track.stop)
+
+	t0 := time.Now()
+	f.startFleet(ctx)
+	f.waitFor("every chassis Ready", func() bool { return f.track.readyNodes() == n })
+	f.report = append(f.report, fmt.Sprintf("fleet up: %d chassis enrolled, their agents started and Ready in %s", n, time.Since(t0).Round(100*time.Millisecond)))
+
+	t0 = time.Now()
+	f.makeTenants(ctx)
+	f.report = append(f.report, fmt.Sprintf("tenants: %d namespaces and role bindings in %s", n, time.Since(t0).Round(100*time.Millisecond)))
+	return f
+}
+
+// startFleet enrolls every mini, as `macrackctl node enroll` does, and
+// starts the fleet's child process.
+func (f *bench) startFleet(ctx context.Context) {
+	root, err := os.MkdirTemp("", "mf")
+	if err != nil {
+		f.b.Fatal(err)
+	}
+	f.b.Cleanup(func() { _ = os.RemoveAll(root) })
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i := range f.n {
+		g.Go(func() error {
+			serial := fmt.Sprintf("C02F%08d", i+1)
+			kc, err := enroll.Enroll(gctx, f.env.Client, f.env.Config, enroll.Options{Serial: serial, Class: fleetClass,
+				AgentsNamespace: harness.AgentsNamespace, TokenTTL: 24 * time.Hour})
+			if err != nil {
+				return err
+			}
+			dir := filepath.Join(root, enroll.NodeName(serial))
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(dir, simfleet.BootstrapKubeconfig), kc, 0o600)
+		})
+	}
+	if err := g.Wait(); err != nil {
+		f.b.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(f.b.TempDir(), "fleet.log"))
+	if err != nil {
+		f.b.Fatal(err)
+	}
+	f.child = exec.Command(os.Args[0], "-test.run=^$")
+	f.child.Env = append(os.Environ(), envFleetRoot+"="+root, envHeartbeat+"="+heartbeat.String())
+	f.child.Stderr = logf
+	if f.childIn, err = f.child.StdinPipe(); err != nil {
+		f.b.Fatal(err)
+	}
+	out, err := f.child.StdoutPipe()
+	if err != nil {
+		f.b.Fatal(err)
+	}
+	f.childOut = bufio.NewScanner(out)
+	if err := f.child.Start(); err != nil {
+		f.b.Fatal(err)
+	}
+	f.b.Cleanup(func() {
+		_ = f.childIn.Close()
+		_ = f.child.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = f.child.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			_ = f.child.Process.Kill()
+		}
+		_ = logf.Close()
+	})
+}
+
+// makeTenants makes one namespace per tenant, each with its own user
+// bound to macrack-tenant-edit there, and a client that acts as whichever
+// tenant its request's context names.
+func (f *bench) makeTenants(ctx context.Context) {
+	f.namespaces = make([]string, f.n)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(workers)
+	for i := range f.n {
+		g.Go(func() error {
+			ns := fmt.Sprintf("tenant-%05d", i+1)
+			f.namespaces[i] = ns
+			if err := f.env.Client.Create(gctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+				return err
+			}
+			return f.env.Client.Create(gctx, &rbacv1.RoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: "macrack-tenant-edit", Namespace: ns},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "macrack-tenant-edit"},
+				Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: ns}},
+			})
+		})
+	}
+	if err := g.Wait(); err != nil {
+		f.b.Fatal(err)
+	}
+	cfg := rest.CopyConfig(f.env.Config)
+	cfg.QPS, cfg.Burst = -1, -1
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return asTenant{rt} })
+	var err error
+	if f.tenants, err = client.New(cfg, client.Options{Scheme: f.env.Scheme}); err != nil {
+		f.b.Fatal(err)
+	}
+}
+
+// tenantKey carries the tenant a request acts as.
+type tenantKey struct{}
+
+func asUser(ctx context.Context, user string) context.Context {
+	return context.WithValue(ctx, tenantKey{}, user)
+}
+
+// asTenant impersonates the tenant its request's context names: one
+// connection, a thousand identities.
+type asTenant struct{ rt http.RoundTripper }
+
+func (t asTenant) RoundTrip(req *http.Request) (*http.Response, error) {
+	user, _ := req.Context().Value(tenantKey{}).(string)
+	if user == "" {
+		return t.rt.RoundTrip(req)
+	}
+	req = req.Clone(req.Context())
+	req.Header.Set(transport.ImpersonateUserHeader, user)
+	req.Header.Add(transport.ImpersonateGroupHeader, "system:authenticated")
+	return t.rt.RoundTrip(req)
+}
+
+// waveResult is one wave's figures.
+type waveResult struct {
+	name                             string
+	n                                int
+	allBound, allRunning, allReady   time.Duration
+	bound, running                   []time.Duration
+	cost                             sampleDelta
+	peakOperator, peakFleet, peakAPI int64
+	peakEtcd                         int64
+
+	release, idle bool
+}
+
+// sampleDelta is what a wave cost between two samples.
+type sampleDelta struct {
+	wall                                time.Duration
+	operatorCPU, fleetCPU, apiCPU, etcd time.Duration
+	reads, writes                       float64
+	reconciles                          map[string]float64
+	decisions                           float64
+}
+
+func delta(a, b sample) sampleDelta {
+	d := sampleDelta{wall: b.at.Sub(a.at), operatorCPU: b.operator.cpu - a.operator.cpu, fleetCPU: b.fleet.cpu - a.fleet.cpu,
+		apiCPU: b.apiserver.cpu - a.apiserver.cpu, etcd: b.etcd.cpu - a.etcd.cpu,
+		reads: b.apiReads - a.apiReads, writes: b.apiWrites - a.apiWrites, reconciles: map[string]float64{}}
+	for k, v := range b.reconciles {
+		d.reconciles[k] = v - a.reconciles[k]
+	}
+	for k, v := range b.decisions {
+		d.decisions += v - a.decisions[k]
+	}
+	return d
+}
+
+// measure runs body between two samples, following peak memory and, if
+// asked, profiling the operator's process.
+func (f *bench) measure(name string, w *waveResult, body func()) {
+	ctx := context.Background()
+	if dir := os.Getenv(envProfile); dir != "" {
+		pf, err := os.Create(filepath.Join(dir, name+".pprof"))
+		if err != nil {
+			f.b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			f.b.Fatal(err)
+		}
+		defer func() { pprof.StopCPUProfile(); _ = pf.Close() }()
+	}
+	before, err := f.take(ctx)
+	if err != nil {
+		f.b.Fatal(err)
+	}
+	pk := watchPeaks("self", strconv.Itoa(f.child.Process.Pid), f.apiserverPID, f.etcdPID)
+	body()
+	pk.end()
+	after, err := f.take(ctx)
+	if err != nil {
+		f.b.Fatal(err)
+	}
+	w.cost = delta(before, after)
+	w.peakOperator, w.peakFleet, w.peakAPI, w.peakEtcd = pk.operator, pk.fleet, pk.apiserver, pk.etcd
+}
+
+// wave: every tenant creates its lease at once and, once it is Bound, its
+// two instances; it ends when every instance is Running.
+func (f *bench) wave(name, suffix string) *waveResult {
+	ctx := context.Background()
+	w := &waveResult{name: name, n: f.n}
+	lease := "l-" + suffix
+	starts := make([]time.Time, f.n)
+	var t0 time.Time
+	f.measure(name, w, func() {
+		t0 = time.Now()
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(workers)
+		for i, ns := range f.namespaces {
+			g.Go(func() error {
+				tctx := asUser(gctx, ns)
+				starts[i] = time.Now()
+				l := &leasingv1alpha1.MacNodeLease{ObjectMeta: metav1.ObjectMeta{Name: lease, Namespace: ns},
+					Spec: leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: fleetClass, MinimumDuration: "24h"}}
+				if err := createRetrying(tctx, f.tenants, l); err != nil {
+					return err
+				}
+				// Instances are admitted in a Bound lease only: the tenant
+				// waits for it, as `kubectl wait` would, on the watch.
+				if err := wait.PollUntilContextTimeout(gctx, 20*time.Millisecond, waveTimeout, true, func(context.Context) (bool, error) {
+					_, ok := f.track.leaseBoundAt(ns, lease)
+					return ok, nil
+				}); err != nil {
+					return fmt.Errorf("lease %s/%s not Bound: %w", ns, lease, err)
+				}
+				for j := 1; j <= 2; j++ {
+					inst := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("i-%s-%d", suffix, j), Namespace: ns},
+						Spec: computev1alpha1.MacOSInstanceSpec{LeaseName: lease, ImageName: fleetImage, CPU: 4,
+							Memory: resource.MustParse("8Gi"), Disk: resource.MustParse("100Gi")}}
+					if err := createRetrying(tctx, f.tenants, inst); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+		if err := g.Wait(); err != nil {
+			f.b.Fatal(err)
+		}
+		f.waitFor(name+": every lease Bound", func() bool { return f.track.boundCount(lease) == f.n })
+		w.allBound = time.Since(t0)
+		f.waitFor(name+": every instance Running", func() bool { return f.track.runningCount("i-"+suffix+"-") == 2*f.n })
+		w.allRunning = time.Since(t0)
+	})
+	for i, ns := range f.namespaces {
+		bound, ok := f.track.leaseBoundAt(ns, lease)
+		if !ok {
+			f.b.Fatalf("lease %s/%s: no Bound seen", ns, lease)
+		}
+		w.bound = append(w.bound, bound.Sub(starts[i]))
+		r1, ok1 := f.track.instanceRunningAt(ns, "i-"+suffix+"-1")
+		r2, ok2 := f.track.instanceRunningAt(ns, "i-"+suffix+"-2")
+		if !ok1 || !ok2 {
+			f.b.Fatalf("tenant %s: instance not seen Running", ns)
+		}
+		w.running = append(w.running, later(r1, r2).Sub(starts[i]))
+	}
+	if dup := f.track.doubleBindings(); len(dup) > 0 {
+		f.b.Fatalf("leases bound to more than one chassis: %v", dup)
+	}
+	return w
+}
+
+// release: every tenant deletes its lease (Held until earliestReleaseAt),
+// then the operator's and the agents' clock steps 25h at once, and every
+// lease is ticked, as the clock's timers would. It ends when every lease
+// is gone (released, its VMs stopped, its disks wiped, its audit records
+// out) and every chassis is Ready again.
+func (f *bench) release(suffix string) *waveResult {
+	ctx := context.Background()
+	w := &waveResult{name: "release", n: f.n, release: true}
+	lease := "l-" + suffix
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(workers)
+	for _, ns := range f.namespaces {
+		g.Go(func() error {
+			l := &leasingv1alpha1.MacNodeLease{ObjectMeta: metav1.ObjectMeta{Name: lease, Namespace: ns}}
+			return f.tenants.Delete(asUser(gctx, ns), l)
+		})
+	}
+	if err := g.Wait(); err != nil {
+		f.b.Fatal(err)
+	}
+	f.waitFor("every lease Held", func() bool { return f.track.heldCount(lease) == f.n })
+	f.measure("release", w, func() {
+		t0 := time.Now()
+		if _, err := io.WriteString(f.childIn, "step 25h\n"); err != nil {
+			f.b.Fatal(err)
+		}
+		if !f.childOut.Scan() || f.childOut.Text() != "stepped" {
+			f.b.Fatalf("the fleet did not step its clock: %q %v", f.childOut.Text(), f.childOut.Err())
+		}
+		objs := make([]client.Object, 0, f.n)
+		for _, ns := range f.namespaces {
+			objs = append(objs, &leasingv1alpha1.MacNodeLease{ObjectMeta: metav1.ObjectMeta{Name: lease, Namespace: ns}})
+		}
+		f.op.Step(25*time.Hour, objs...)
+		f.waitFor("every lease released and gone", func() bool { return f.track.leaseCount(lease) == 0 })
+		w.allBound = time.Since(t0) // all released
+		f.waitFor("every chassis Ready again", func() bool { return f.track.readyNodes() == f.n })
+		w.allReady = time.Since(t0)
+	})
+	return w
+}
+
+// idle measures the fleet with nothing to do for d: its heartbeats, the
+// agents' periodic reports and the operator's assessments.
+func (f *bench) idle(d time.Duration) *waveResult {
+	w := &waveResult{name: "idle", n: f.n, idle: true}
+	f.measure("idle", w, func() { time.Sleep(d) })
+	return w
+}
+
+// createRetrying creates obj, again while the API server's RBAC informer
+// has not yet seen the tenant's new binding (403).
+func createRetrying(ctx context.Context, c client.Client, obj client.Object) error {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := c.Create(ctx, obj)
+		switch {
+		case err == nil:
+			return true, nil
+		case apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "admission webhook"):
+			return false, nil
+		}
+		return false, fmt.Errorf("creating %s %s/%s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetNamespace(), obj.GetName(), err)
+	})
+}
+
+func (f *bench) waitFor(what string, cond func() bool) {
+	f.b.Helper()
+	start := time.Now()
+	deadline, progress := start.Add(waveTimeout), start.Add(30*time.Second)
+	for !cond() {
+		if now := time.Now(); now.After(deadline) {
+			f.b.Fatalf("timed out after %s waiting: %s (%s)", waveTimeout, what, f.track.summary())
+		} else if now.After(progress) {
+			fmt.Fprintf(os.Stderr, "bench-fleet: %s waiting: %s (%s)\n", now.Sub(start).Round(time.Second), what, f.track.summary())
+			progress = now.Add(30 * time.Second)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// lines renders the wave's figures.
+func (w *waveResult) lines() []string {
+	c := w.cost
+	sec := c.wall.Seconds()
+	out := []string{}
+	switch {
+	case w.idle:
+		out = append(out, fmt.Sprintf("idle fleet, %s: the heartbeats and periodic reports alone", c.wall.Round(time.Second)))
+	case w.release:
+		out = append(out, fmt.Sprintf("release wave: all %d leases released and gone %s; every chassis Ready %s", w.n,
+			w.allBound.Round(10*time.Millisecond), w.allReady.Round(10*time.Millisecond)))
+	default:
+		out = append(out,
+			fmt.Sprintf("%s wave: all Bound %s, all Running %s", w.name, w.allBound.Round(10*time.Millisecond), w.allRunning.Round(10*time.Millisecond)),
+			fmt.Sprintf("  per lease, to Bound: %s; to both instances Running: %s", quantiles(w.bound), quantiles(w.running)))
+	}
+	out = append(out,
+		fmt.Sprintf("  CPU s: operator %.1f, agents %.1f, kube-apiserver %.1f, etcd %.1f (wall %.1f s)",
+			c.operatorCPU.Seconds(), c.fleetCPU.Seconds(), c.apiCPU.Seconds(), c.etcd.Seconds(), sec),
+		fmt.Sprintf("  peak RSS MB: operator %d, agents %d, kube-apiserver %d, etcd %d",
+			w.peakOperator>>20, w.peakFleet>>20, w.peakAPI>>20, w.peakEtcd>>20),
+		fmt.Sprintf("  API requests: %.0f reads (%.0f/s), %.0f writes (%.0f/s); policy decisions %.0f (%.0f/s)",
+			c.reads, c.reads/sec, c.writes, c.writes/sec, c.decisions, c.decisions/sec))
+	keys := make([]string, 0, len(c.reconciles))
+	for k := range c.reconciles {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var parts []string
+	for _, k := range keys {
+		if c.reconciles[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.1f", k, c.reconciles[k]/float64(w.n)))
+		}
+	}
+	out = append(out, "  reconciles per lease (per controller): "+strings.Join(parts, ", "))
+	return out
+}
+
+func quantiles(d []time.Duration) string {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	at := func(q float64) time.Duration { return s[int(q*float64(len(s)-1))].Round(10 * time.Millisecond) }
+	return fmt.Sprintf("p50 %s, p99 %s, max %s", at(0.5), at(0.99), s[len(s)-1].Round(10*time.Millisecond))
+}

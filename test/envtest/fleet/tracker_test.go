@@ -1,0 +1,238 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
+)
+
+// tracker watches leases, instances and chassis as an observer would, and
+// keeps when each first reached each state: the benchmark's clock.
+type tracker struct {
+	mu sync.Mutex
+	// leases: key → phase now; boundAt: first Bound; boundTo: the chassis
+	// each was ever bound to.
+	leases  map[string]leasingv1alpha1.MacNodeLeasePhase
+	boundAt map[string]time.Time
+	boundTo map[string]map[string]bool
+	// instances: key → first Running.
+	runningAt map[string]time.Time
+	// nodes: name → Ready now; missed counts transitions to NotReady for a
+	// missed heartbeat.
+	nodes  map[string]bool
+	missed int
+	cancel context.CancelFunc
+}
+
+func key(o client.Object) string { return o.GetNamespace() + "/" + o.GetName() }
+
+func startTracker(ctx context.Context, env *harness.Env) (*tracker, error) {
+	t := &tracker{leases: map[string]leasingv1alpha1.MacNodeLeasePhase{}, boundAt: map[string]time.Time{},
+		boundTo: map[string]map[string]bool{}, runningAt: map[string]time.Time{}, nodes: map[string]bool{}}
+	c, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	ctx, t.cancel = context.WithCancel(ctx)
+	for _, h := range []struct {
+		obj    client.Object
+		update func(client.Object)
+		remove func(client.Object)
+	}{
+		{&leasingv1alpha1.MacNodeLease{}, t.lease, func(o client.Object) {
+			t.mu.Lock()
+			delete(t.leases, key(o))
+			t.mu.Unlock()
+		}},
+		{&computev1alpha1.MacOSInstance{}, t.instance, func(client.Object) {}},
+		{&fleetv1alpha1.MacNode{}, t.node, func(o client.Object) {
+			t.mu.Lock()
+			delete(t.nodes, o.GetName())
+			t.mu.Unlock()
+		}},
+	} {
+		inf, err := c.GetInformer(ctx, h.obj)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { h.update(o.(client.Object)) },
+			UpdateFunc: func(_, o any) { h.update(o.(client.Object)) },
+			DeleteFunc: func(o any) {
+				if d, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+					o = d.Obj
+				}
+				h.remove(o.(client.Object))
+			},
+		}); err != nil {
+			return nil, err
+		}
+	}
+	go func() { _ = c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		return nil, fmt.Errorf("the tracker's cache did not sync")
+	}
+	return t, nil
+}
+
+func (t *tracker) stop() { t.cancel() }
+
+func (t *tracker) lease(o client.Object) {
+	l := o.(*leasingv1alpha1.MacNodeLease)
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := key(l)
+	t.leases[k] = l.Status.Phase
+	if l.Status.Phase == leasingv1alpha1.LeaseBound {
+		if _, seen := t.boundAt[k]; !seen {
+			t.boundAt[k] = now
+		}
+	}
+	if l.Status.NodeName != "" {
+		if t.boundTo[k] == nil {
+			t.boundTo[k] = map[string]bool{}
+		}
+		t.boundTo[k][l.Status.NodeName] = true
+	}
+}
+
+func (t *tracker) instance(o client.Object) {
+	i := o.(*computev1alpha1.MacOSInstance)
+	if i.Status.Runtime == nil || i.Status.Runtime.Phase != computev1alpha1.VMRunning {
+		return
+	}
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, seen := t.runningAt[key(i)]; !seen {
+		t.runningAt[key(i)] = now
+	}
+}
+
+func (t *tracker) node(o client.Object) {
+	mn := o.(*fleetv1alpha1.MacNode)
+	ready := mn.Status.Phase == fleetv1alpha1.MacNodeReady
+	missed := false
+	for _, c := range mn.Status.Conditions {
+		if c.Type == fleetv1alpha1.ConditionAgentReady && c.Reason == fleetv1alpha1.ReasonHeartbeatMissed {
+			missed = true
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if missed && t.nodes[mn.Name] {
+		t.missed++
+	}
+	t.nodes[mn.Name] = ready && !missed
+}
+
+// count counts the leases named name whose phase passes ok.
+func (t *tracker) count(name string, ok func(leasingv1alpha1.MacNodeLeasePhase) bool) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for k, p := range t.leases {
+		if strings.HasSuffix(k, "/"+name) && ok(p) {
+			n++
+		}
+	}
+	return n
+}
+
+func (t *tracker) boundCount(name string) int {
+	return t.count(name, func(p leasingv1alpha1.MacNodeLeasePhase) bool { return p == leasingv1alpha1.LeaseBound })
+}
+
+func (t *tracker) heldCount(name string) int {
+	return t.count(name, func(p leasingv1alpha1.MacNodeLeasePhase) bool { return p == leasingv1alpha1.LeaseHeld })
+}
+
+func (t *tracker) leaseCount(name string) int {
+	return t.count(name, func(leasingv1alpha1.MacNodeLeasePhase) bool { return true })
+}
+
+// runningCount counts the instances, named with prefix, seen Running.
+func (t *tracker) runningCount(prefix string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for k := range t.runningAt {
+		if _, name, _ := strings.Cut(k, "/"); strings.HasPrefix(name, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+func (t *tracker) readyNodes() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, r := range t.nodes {
+		if r {
+			n++
+		}
+	}
+	return n
+}
+
+func (t *tracker) leaseBoundAt(ns, name string) (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	at, ok := t.boundAt[ns+"/"+name]
+	return at, ok
+}
+
+func (t *tracker) instanceRunningAt(ns, name string) (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	at, ok := t.runningAt[ns+"/"+name]
+	return at, ok
+}
+
+// doubleBindings lists the leases seen bound to two chassis.
+func (t *tracker) doubleBindings() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for k, nodes := range t.boundTo {
+		if len(nodes) > 1 {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func (t *tracker) falsePositives() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.missed
+}
+
+func (t *tracker) summary() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	phases := map[leasingv1alpha1.MacNodeLeasePhase]int{}
+	for _, p := range t.leases {
+		phases[p]++
+	}
+	ready := 0
+	for _, r := range t.nodes {
+		if r {
+			ready++
+		}
+	}
+	return fmt.Sprintf("leases by phase %v, instances seen Running %d, chassis Ready %d of %d", phases, len(t.runningAt), ready, len(t.nodes))
+}
