@@ -208,11 +208,29 @@ test: check-aligned-modules fmt-check check-decoupling ## Everything CI runs.
 bench: controlplane registry nats ## Benchmarks; record the figures in BENCHMARKS.md.
 	go test -run '^$$' -bench . -benchmem $$(go list ./... )
 
+# OBJECTS_COUNT is how many times bench-objects runs each benchmark.
+OBJECTS_COUNT ?= 5
+
+.PHONY: bench-objects
+bench-objects: controlplane ## Issue 17: one admission decision and one reconcile of each controller, 10 vs 1,000 chassis.
+	go test -run '^$$' -bench '^BenchmarkObjects$$' -benchmem -count $(OBJECTS_COUNT) -timeout 90m ./test/envtest/bench/
+	go test -run '^$$' -bench '^BenchmarkExporterReconcile$$' -benchmem -count $(OBJECTS_COUNT) ./internal/reconcile/audit/
+
+# N is the fleet benchmark's size: minis, tenants and leases.
+N ?= 100
+
+.PHONY: bench-fleet
+bench-fleet: controlplane registry nats ## The fleet at scale (N minis, N leases, 2N instances): cold, release and warm waves; figures go in BENCHMARKS.md.
+	FLEET_N=$(N) go test -run '^$$' -bench BenchmarkFleet -benchtime=1x -timeout 180m ./test/envtest/fleet/
+
 ##@ Run
 
+# FLEET is how many simulated Mac minis `make run` enrolls and runs.
+FLEET ?= 4
+
 .PHONY: run
-run: controlplane kubectl registry nats build ## Local control plane + operator; prints the KUBECONFIG line.
-	$(BIN)/devcluster --root $(CURDIR)
+run: controlplane kubectl registry nats build ## Local control plane + operator + FLEET sim minis (4); prints the KUBECONFIG line.
+	$(BIN)/devcluster --root $(CURDIR) --fleet $(FLEET)
 
 .PHONY: clean
 clean:

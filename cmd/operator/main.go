@@ -83,7 +83,7 @@ func main() {
 	fs.StringVar(&opts.agentTokenAudiences, "agent-token-audiences", "",
 		"The API server's token audiences (its --api-audiences, comma-separated): agents may request tokens for these only. Empty: the audiences of the operator's own ServiceAccount token.")
 	fs.StringVar(&opts.operatorUsername, "operator-username", "system:serviceaccount:macrack-system:macrack-operator", "The operator's own username, as the API server sees it.")
-	fs.IntVar(&opts.maxConcurrentReconciles, "max-concurrent-reconciles", 4, "Parallel lease reconciles.")
+	fs.IntVar(&opts.maxConcurrentReconciles, "max-concurrent-reconciles", 8, "Parallel reconciles of each controller: leases, chassis, placement, and each kind's audit export.")
 	fs.DurationVar(&opts.policyTimeout, "policy-timeout", policy.DefaultTimeout, "The deadline of one policy decision; past it, the request is denied.")
 	fs.DurationVar(&opts.heartbeatInterval, "heartbeat-interval", 10*time.Second, "How often host agents renew their heartbeat Lease.")
 	fs.IntVar(&opts.missedHeartbeats, "missed-heartbeats", 4, "How many heartbeats may be missed before a chassis and its Node are marked not ready.")

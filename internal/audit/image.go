@@ -1,7 +1,6 @@
 package audit
 
 import (
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,8 +24,12 @@ func JournalImage(before *fleetv1alpha1.MacOSImageStatus, img *fleetv1alpha1.Mac
 		from, to []string
 	}{{"replicated", before.ReplicatedOn, after.ReplicatedOn}, {"evicted", after.ReplicatedOn, before.ReplicatedOn}} {
 		var moved []string
+		from := make(map[string]bool, len(c.from)) // replicatedOn grows with the fleet
+		for _, serial := range c.from {
+			from[serial] = true
+		}
 		for _, serial := range c.to {
-			if !slices.Contains(c.from, serial) {
+			if !from[serial] {
 				moved = append(moved, serial)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
@@ -28,7 +29,20 @@ const (
 	MacNodeByClass = "fleet.macrack.io/macnode-by-class"
 	// MacNodeByLeaseUID indexes MacNodes by status.binding.leaseUID.
 	MacNodeByLeaseUID = "fleet.macrack.io/macnode-by-lease-uid"
+	// FreeMacNodeByClass indexes the MacNodes a lease may bind, Ready,
+	// unbound and not being deleted, by spec.nodeClassName: a bind reads the
+	// free chassis of its class, not the whole class.
+	FreeMacNodeByClass = "fleet.macrack.io/free-macnode-by-class"
+	// MacNodeByVerifiedImage indexes MacNodes by each golden their agent
+	// reports a Ready copy of, as VerifiedImageKey(name, digest).
+	MacNodeByVerifiedImage = "fleet.macrack.io/macnode-by-verified-image"
+	// PlaceholderByNode indexes the placeholder Pods (label
+	// macrack.io/placeholder=true) by spec.nodeName.
+	PlaceholderByNode = "macrack.io/placeholder-by-node"
 )
+
+// VerifiedImageKey is the MacNodeByVerifiedImage value of a verified copy.
+func VerifiedImageKey(name, digest string) string { return name + "@" + digest }
 
 // LeaseKey is the InstanceByLease value of a lease.
 func LeaseKey(namespace, name string) string { return namespace + "/" + name }
@@ -42,7 +56,7 @@ type Definition struct {
 
 // Register adds every index to the indexer (a manager's field indexer).
 func Register(ctx context.Context, indexer client.FieldIndexer) error {
-	for _, ix := range Definitions() {
+	for _, ix := range append(Definitions(), CoreDefinitions()...) {
 		if err := indexer.IndexField(ctx, ix.Object, ix.Name, ix.Value); err != nil {
 			return fmt.Errorf("registering index %s: %w", ix.Name, err)
 		}
@@ -50,7 +64,8 @@ func Register(ctx context.Context, indexer client.FieldIndexer) error {
 	return nil
 }
 
-// Definitions lists every index, for managers and for fake clients in tests.
+// Definitions lists the indexes of MacRack's kinds, for fake clients in
+// tests; Register adds CoreDefinitions' too.
 func Definitions() []Definition {
 	return []Definition{
 		{&leasingv1alpha1.MacNodeLease{}, LeaseBySerial, func(o client.Object) []string {
@@ -74,6 +89,40 @@ func Definitions() []Definition {
 				return nonEmpty(string(b.LeaseUID))
 			}
 			return nil
+		}},
+		{&fleetv1alpha1.MacNode{}, FreeMacNodeByClass, func(o client.Object) []string {
+			n := o.(*fleetv1alpha1.MacNode)
+			if n.Status.Phase != fleetv1alpha1.MacNodeReady || n.Status.Binding != nil || !n.DeletionTimestamp.IsZero() {
+				return nil
+			}
+			return nonEmpty(n.Spec.NodeClassName)
+		}},
+		{&fleetv1alpha1.MacNode{}, MacNodeByVerifiedImage, func(o client.Object) []string {
+			r := o.(*fleetv1alpha1.MacNode).Status.Reported
+			if r == nil {
+				return nil
+			}
+			var keys []string
+			for _, i := range r.Images {
+				if i.Phase == fleetv1alpha1.ImageReady && i.Name != "" && i.Digest != "" {
+					keys = append(keys, VerifiedImageKey(i.Name, i.Digest))
+				}
+			}
+			return keys
+		}},
+	}
+}
+
+// CoreDefinitions lists the indexes of Kubernetes' own kinds, apart from
+// Definitions, for fake clients whose scheme registers those kinds.
+func CoreDefinitions() []Definition {
+	return []Definition{
+		{&corev1.Pod{}, PlaceholderByNode, func(o client.Object) []string {
+			p := o.(*corev1.Pod)
+			if p.Labels[fleetv1alpha1.PlaceholderLabel] != "true" {
+				return nil
+			}
+			return nonEmpty(p.Spec.NodeName)
 		}},
 	}
 }

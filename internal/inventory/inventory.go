@@ -7,9 +7,11 @@ package inventory
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -133,12 +135,15 @@ func (b Builder) listInstances(ctx context.Context, inv map[string]any, role str
 	return nil
 }
 
-// addImage reads the golden image a new instance boots from.
+// addImage reads the golden image a new instance boots from, without its
+// status.replicatedOn: that lists every chassis holding a copy, so it grows
+// with the fleet, and no rule reads it.
 func (b Builder) addImage(ctx context.Context, inv map[string]any, name string) error {
 	if name == "" {
 		return nil
 	}
-	return b.get(ctx, client.ObjectKey{Name: name}, &fleetv1alpha1.MacOSImage{}, inv, "image")
+	img := &fleetv1alpha1.MacOSImage{}
+	return b.get(ctx, client.ObjectKey{Name: name}, img, inv, "image", func() { img.Status.ReplicatedOn = nil })
 }
 
 func (b Builder) addClass(ctx context.Context, inv map[string]any, name string) error {
@@ -148,9 +153,9 @@ func (b Builder) addClass(ctx context.Context, inv map[string]any, name string) 
 	return b.get(ctx, client.ObjectKey{Name: name}, &fleetv1alpha1.MacNodeClass{}, inv, "nodeClass")
 }
 
-// get reads one object into inv[role]; a missing object leaves the role
-// absent, which the rules treat as "not found".
-func (b Builder) get(ctx context.Context, key client.ObjectKey, obj client.Object, inv map[string]any, role string) error {
+// get reads one object into inv[role], after trim; a missing object leaves
+// the role absent, which the rules treat as "not found".
+func (b Builder) get(ctx context.Context, key client.ObjectKey, obj client.Object, inv map[string]any, role string, trim ...func()) error {
 	r := b.Reader
 	if b.Getter != nil {
 		r = b.Getter
@@ -161,6 +166,9 @@ func (b Builder) get(ctx context.Context, key client.ObjectKey, obj client.Objec
 		}
 		return fmt.Errorf("getting %s %s: %w", role, key, err)
 	}
+	for _, t := range trim {
+		t()
+	}
 	m, err := toMap(obj)
 	if err != nil {
 		return err
@@ -170,13 +178,37 @@ func (b Builder) get(ctx context.Context, key client.ObjectKey, obj client.Objec
 }
 
 // toMap converts a typed object to the map the rules read, without
-// managedFields.
+// managedFields. They are not converted at all: they are most of many
+// objects' metadata, and a MacOSImage's grow with the fleet (one entry per
+// serial in status.replicatedOn).
 func toMap(obj runtime.Object) (map[string]any, error) {
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(withoutManagedFields(obj))
 	if err != nil {
 		return nil, fmt.Errorf("converting %T: %w", obj, err)
 	}
 	return policy.StripManagedFields(m), nil
+}
+
+// withoutManagedFields returns a shallow copy of a typed object with its
+// managedFields cleared; obj itself is not changed. Anything else comes back
+// as it is (an unstructured object's metadata is a map its copy would share).
+func withoutManagedFields(obj runtime.Object) any {
+	o, ok := obj.(metav1.Object)
+	if _, unstructured := obj.(runtime.Unstructured); !ok || unstructured || len(o.GetManagedFields()) == 0 {
+		return obj
+	}
+	v := reflect.ValueOf(obj)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return obj
+	}
+	cp := reflect.New(v.Elem().Type())
+	cp.Elem().Set(v.Elem())
+	c, ok := cp.Interface().(metav1.Object)
+	if !ok {
+		return obj
+	}
+	c.SetManagedFields(nil)
+	return c
 }
 
 // ToMap is toMap for callers that build inputs from typed objects.

@@ -10,13 +10,18 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/admission"
 	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/cachewait"
 	"github.com/boualleiguie/macrack-operator/internal/fleetmetrics"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
@@ -41,7 +46,9 @@ type Options struct {
 	// PolicyNamespace is the operator's own: it holds the params ConfigMap
 	// the VAP bindings read, and the MacOSImages' pull Secrets.
 	PolicyNamespace string
-	// MaxConcurrentReconciles for the lease controller.
+	// MaxConcurrentReconciles bounds the parallel reconciles of each
+	// controller of objects: leases, chassis, placement, and each kind's
+	// audit export (the image controller keeps its own two).
 	MaxConcurrentReconciles int
 	// LeaseTicks and NodeTicks, if set, enqueue leases and MacNodes on
 	// demand (tests' fake clock).
@@ -99,8 +106,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if o.WebhooksOnly {
 		return admission.Setup(mgr, o.Engine, o.Clock, o.Params, admissionMetrics, denials)
 	}
+	// The controllers read their own writes: a reconcile that ran again
+	// on a cache from before its last write would write it again.
+	c, err := cachewait.New(mgr.GetClient(), mgr.GetCache(), cachewait.DefaultTimeout,
+		&leasingv1alpha1.MacNodeLease{}, &computev1alpha1.MacOSInstance{}, &fleetv1alpha1.MacNode{},
+		&fleetv1alpha1.MacOSImage{}, &corev1.Node{}, &corev1.Pod{})
+	if err != nil {
+		return err
+	}
 	if err := (&lease.Reconciler{
-		Client: mgr.GetClient(), Engine: o.Engine, Clock: o.Clock,
+		Client: c, Engine: o.Engine, Clock: o.Clock,
 		Recorder: mgr.GetEventRecorder("macrack-lease"), Params: o.Params, Identity: identity,
 		Ticks: o.LeaseTicks, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		Denials: denials, JournalDropped: auditMetrics.DropJournal,
@@ -108,30 +123,31 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("setting up the lease controller: %w", err)
 	}
 	if err := (&node.Reconciler{
-		Client: mgr.GetClient(), Engine: o.Engine, Clock: o.Clock,
+		Client: c, Engine: o.Engine, Clock: o.Clock,
 		Recorder: mgr.GetEventRecorder("macrack-node"), Params: o.Params, Identity: identity,
 		Ticks: o.NodeTicks, HeartbeatGrace: o.HeartbeatGrace, Metrics: nodeMetrics,
-		Denials: denials, JournalDropped: auditMetrics.DropJournal,
+		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+		Denials:                 denials, JournalDropped: auditMetrics.DropJournal,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the node controller: %w", err)
 	}
 	if err := (&placement.Reconciler{
-		Client: mgr.GetClient(), Engine: o.Engine, Clock: o.Clock,
+		Client: c, Engine: o.Engine, Clock: o.Clock,
 		Recorder: mgr.GetEventRecorder("macrack-placement"), Params: o.Params, Identity: identity,
-		Namespace: o.PolicyNamespace, Denials: denials,
+		Namespace: o.PolicyNamespace, Denials: denials, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the placement controller: %w", err)
 	}
 	if err := (&image.Reconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: o.Clock,
+		Client: c, APIReader: mgr.GetAPIReader(), Clock: o.Clock,
 		Recorder: mgr.GetEventRecorder("macrack-image"), Namespace: o.PolicyNamespace,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the image controller: %w", err)
 	}
 	if o.AuditSink != nil {
 		if err := (&auditexport.Exporter{
-			Client: mgr.GetClient(), Clock: o.Clock, Sink: o.AuditSink, Origin: o.AuditOrigin,
-			Denials: denials, Metrics: auditMetrics,
+			Client: c, Clock: o.Clock, Sink: o.AuditSink, Origin: o.AuditOrigin,
+			Denials: denials, Metrics: auditMetrics, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		}).SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the audit exporter: %w", err)
 		}

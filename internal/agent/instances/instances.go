@@ -35,6 +35,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/agent/host"
 	"github.com/boualleiguie/macrack-operator/internal/agent/images"
 	"github.com/boualleiguie/macrack-operator/internal/agent/vmspec"
+	"github.com/boualleiguie/macrack-operator/internal/cachewait"
 	"github.com/boualleiguie/macrack-operator/internal/guest"
 )
 
@@ -220,6 +221,13 @@ func RandomMachineID() ([]byte, error) {
 // holds only those, by the status.nodeName field selector) and the node's
 // own MacNode, whose slots decide what may run.
 func (r *Instances) SetupWithManager(mgr ctrl.Manager) error {
+	// The loop reads its own writes: a pass on a cache from before its last
+	// report would write the same report again.
+	c, err := cachewait.New(r.Client, mgr.GetCache(), cachewait.DefaultTimeout, &computev1alpha1.MacOSInstance{}, &fleetv1alpha1.MacNode{})
+	if err != nil {
+		return err
+	}
+	r.Client = c
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&computev1alpha1.MacOSInstance{}).
 		Named("instances").
@@ -523,9 +531,24 @@ func (r *Instances) report(ctx context.Context, inst *computev1alpha1.MacOSInsta
 		at := metav1.NewTime(r.Clock.Now())
 		rt.BootStage, rt.XcodeVersions, rt.ReadyForWork, rt.LastReportAt = g.BootStage, g.XcodeVersions, g.ReadyForWork, &at
 		rt.DiskHeadroom = resource.NewQuantity(g.DiskHeadroomBytes, resource.BinarySI)
+		// A report that changes nothing but its time is no write, until
+		// the time stored is guestReportRefresh old: a running VM's guest
+		// answers every Poll, and each write of the same report would be
+		// one more for the API server and for everyone who watches.
+		if old := inst.Status.Runtime; old != nil && old.LastReportAt != nil && r.Clock.Since(old.LastReportAt.Time) < guestReportRefresh {
+			same := rt
+			same.LastReportAt = old.LastReportAt
+			if equalRuntime(*old, same) {
+				rt = same
+			}
+		}
 	}
 	return r.writeRuntime(ctx, inst, rt)
 }
+
+// guestReportRefresh is how stale status.runtime.lastReportAt may grow
+// while the guest's report stays the same.
+const guestReportRefresh = time.Minute
 
 // reportPull says, in status.runtime, that the instance waits for its
 // golden, and how far the pull has come.

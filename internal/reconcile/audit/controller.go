@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -53,6 +54,9 @@ type Exporter struct {
 	// Denials, if set, is drained to the sink as well.
 	Denials *audit.Denials
 	Metrics *Metrics
+	// MaxConcurrentReconciles bounds each kind's parallel exports, each of
+	// one object: an object's records still go out in order.
+	MaxConcurrentReconciles int
 
 	gate  *gate
 	kinds []*kind
@@ -80,6 +84,7 @@ func (e *Exporter) SetupWithManager(mgr ctrl.Manager) error {
 		if err := ctrl.NewControllerManagedBy(mgr).
 			For(k.newObject()).
 			Named("audit-" + k.name).
+			WithOptions(controller.Options{MaxConcurrentReconciles: max(1, e.MaxConcurrentReconciles)}).
 			WatchesRawSource(source.Channel(ch, &handler.EnqueueRequestForObject{})).
 			Complete(r); err != nil {
 			return fmt.Errorf("setting up the %s exporter: %w", k.name, err)
@@ -172,7 +177,12 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if len(recs) > 0 || sent > j.ExportedSequence {
 		exported, err := r.publish(ctx, obj, recs)
 		exported = max(exported, sent)
-		if exported > j.ExportedSequence {
+		// An object on its way out with its last record journaled keeps
+		// its cursor: the finalizer's removal, moments later, says the
+		// same, that every record is out, in one write rather than two. A
+		// restart in between sends those records again, which a sink takes
+		// as it takes any repeat.
+		if exported > j.ExportedSequence && !k.last(obj) {
 			if perr := r.advance(ctx, obj, exported); perr != nil {
 				return ctrl.Result{}, errors.Join(err, perr)
 			}
@@ -244,7 +254,7 @@ func (r *kindReconciler) finalize(ctx context.Context, obj client.Object) error 
 	if slices.ContainsFunc(obj.GetFinalizers(), func(f string) bool { return f != fleetv1alpha1.AuditFinalizer }) {
 		return nil
 	}
-	if (*r.k.journal(obj)).Backlog() > 0 {
+	if j := *r.k.journal(obj); j.Backlog() > 0 && j.NextSequence-1 > r.lastSent(obj.GetUID()) {
 		return nil
 	}
 	ev, err := r.e.Origin.Deleted(r.k.name, r.k.controller, obj, r.e.Clock.Now())

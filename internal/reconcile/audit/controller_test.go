@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
@@ -179,5 +181,59 @@ func TestAnObjectNotJournaledYetIsLeftAlone(t *testing.T) {
 	_ = c.Get(context.Background(), req.NamespacedName, got)
 	if len(s.ids) != 0 || got.Status.Audit != nil || len(got.Finalizers) != 1 {
 		t.Fatalf("published %v, journal %+v, finalizers %v; want nothing sent, no journal, the audit finalizer", s.ids, got.Status.Audit, got.Finalizers)
+	}
+}
+
+// TestAReleasedLeaseGoesWithoutItsLastCursorWrite: the records of a lease
+// released on its way out go to the sink, and its audit finalizer comes off
+// once the lease controller's has, with no cursor write in between (issue
+// 17: that write would precede the finalizer's removal by moments). An
+// exporter that restarts in between sends them again before it lets go.
+func TestAReleasedLeaseGoesWithoutItsLastCursorWrite(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		clk := clocktesting.NewFakeClock(time.Date(2026, 6, 3, 12, 0, 0, 0, time.UTC))
+		s := &sink{}
+		l := leaseWithJournal(fleetv1alpha1.LeaseFinalizer, fleetv1alpha1.AuditFinalizer)
+		l.Status.Phase = leasingv1alpha1.LeaseReleased
+		l.DeletionTimestamp = &metav1.Time{Time: clk.Now()}
+		e, r, c := exporterFor(t, s, clk, l)
+		var cursorWrites int
+		e.Client = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+			SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+				cursorWrites++
+				return cl.SubResource(sub).Patch(ctx, obj, p, opts...)
+			},
+		})
+		req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(l)}
+		if _, err := r.Reconcile(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+		if len(s.ids) != 2 || cursorWrites != 0 {
+			t.Fatalf("restart %v: published %v with %d cursor writes; want both records out and no cursor write", restart, s.ids, cursorWrites)
+		}
+		got := &leasingv1alpha1.MacNodeLease{}
+		if err := c.Get(context.Background(), req.NamespacedName, got); err != nil {
+			t.Fatalf("restart %v: the lease went while the lease controller's finalizer was on: %v", restart, err)
+		}
+		if restart {
+			r = &kindReconciler{e: e, k: e.kinds[0]}
+		}
+		got.Finalizers = []string{fleetv1alpha1.AuditFinalizer}
+		if err := c.Update(context.Background(), got); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Reconcile(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"lease/l-1/1", "lease/l-1/2", audit.DeletedID("lease", "l-1")}
+		if restart {
+			want = []string{"lease/l-1/1", "lease/l-1/2", "lease/l-1/1", "lease/l-1/2", audit.DeletedID("lease", "l-1")}
+		}
+		if !slices.Equal(s.ids, want) || cursorWrites != 0 {
+			t.Fatalf("restart %v: published %v with %d cursor writes; want %v and none", restart, s.ids, cursorWrites, want)
+		}
+		if err := c.Get(context.Background(), req.NamespacedName, got); err == nil {
+			t.Fatalf("restart %v: the lease stays with finalizers %v after its last record", restart, got.Finalizers)
+		}
 	}
 }

@@ -24,6 +24,14 @@ type kind struct {
 	// observed kinds are journaled by the exporter itself (an instance,
 	// whose transitions two parties write).
 	observed bool
+	// final, if set, says that a deleted object's journal is complete: no
+	// record will follow the ones it holds.
+	final func(client.Object) bool
+}
+
+// last reports whether obj is being deleted with its journal complete.
+func (k *kind) last(obj client.Object) bool {
+	return k.final != nil && !obj.GetDeletionTimestamp().IsZero() && k.final(obj)
 }
 
 // objects are a list's items.
@@ -48,6 +56,10 @@ func kinds() []*kind {
 			journal: func(o client.Object) **fleetv1alpha1.AuditJournal {
 				return &o.(*leasingv1alpha1.MacNodeLease).Status.Audit
 			},
+			// Released: the lease controller journals nothing after.
+			final: func(o client.Object) bool {
+				return o.(*leasingv1alpha1.MacNodeLease).Status.Phase == leasingv1alpha1.LeaseReleased
+			},
 		},
 		{
 			name: fleetv1alpha1.AuditKindInstance, controller: "macrack-audit", finalized: true, observed: true,
@@ -55,6 +67,11 @@ func kinds() []*kind {
 			newList:   func() client.ObjectList { return &computev1alpha1.MacOSInstanceList{} },
 			journal: func(o client.Object) **fleetv1alpha1.AuditJournal {
 				return &o.(*computev1alpha1.MacOSInstance).Status.Audit
+			},
+			// Wiped: nothing moves on the instance after its wipe.
+			final: func(o client.Object) bool {
+				rt := o.(*computev1alpha1.MacOSInstance).Status.Runtime
+				return rt != nil && rt.Wipe != nil
 			},
 		},
 		{

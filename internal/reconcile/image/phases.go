@@ -17,6 +17,7 @@ import (
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/golden"
+	"github.com/boualleiguie/macrack-operator/internal/index"
 )
 
 // resolveTimeout bounds one resolve: a registry that accepts a connection
@@ -108,15 +109,18 @@ func Resolved(g *golden.Golden, hardwareModel []byte) *fleetv1alpha1.ResolvedIma
 
 // countReplicas sets replicatedOn to the serials whose agents report a Ready
 // copy of the resolved digest: a chassis still pulling, failed, or holding
-// another digest is not a replica.
+// another digest is not a replica. It reads the replicas through the
+// MacNodeByVerifiedImage index, not the fleet.
 func (r *Reconciler) countReplicas(ctx context.Context, s *scope) error {
 	img := s.image
-	nodes := &fleetv1alpha1.MacNodeList{}
-	if err := r.Client.List(ctx, nodes); err != nil {
-		return fmt.Errorf("listing MacNodes for the replicas of %s: %w", img.Name, err)
-	}
 	var replicas []string
 	if res := img.Status.Resolved; res != nil {
+		// Read, never written: the cache's objects, uncopied.
+		nodes := &fleetv1alpha1.MacNodeList{}
+		if err := r.Client.List(ctx, nodes, client.MatchingFields{index.MacNodeByVerifiedImage: index.VerifiedImageKey(img.Name, res.Digest)},
+			client.UnsafeDisableDeepCopy); err != nil {
+			return fmt.Errorf("listing MacNodes for the replicas of %s: %w", img.Name, err)
+		}
 		for _, n := range nodes.Items {
 			if holdsVerified(&n, img.Name, res.Digest) {
 				replicas = append(replicas, n.Spec.Serial)
@@ -125,7 +129,7 @@ func (r *Reconciler) countReplicas(ctx context.Context, s *scope) error {
 	}
 	slices.Sort(replicas)
 	for _, serial := range img.Status.ReplicatedOn {
-		if !slices.Contains(replicas, serial) {
+		if _, found := slices.BinarySearch(replicas, serial); !found {
 			s.evicted = append(s.evicted, serial)
 		}
 	}

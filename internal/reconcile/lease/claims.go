@@ -15,9 +15,42 @@ const claimTTL = 30 * time.Second
 // its cache shows the claim. A reconcile that runs before the informer has
 // seen the reconciler's own MacNode write would otherwise find the lease
 // unbound and claim a second chassis for it.
+//
+// While a reconcile claims a chassis, the chassis is reserved: the other
+// reconciles of the controller pass it over, as they pass over the chassis
+// claimed ahead of the cache.
 type claims struct {
-	mu sync.Mutex
-	by map[types.UID]claim
+	mu       sync.Mutex
+	by       map[types.UID]claim
+	reserved map[string]bool
+}
+
+// reserve reserves node for one reconcile's claim, unless another holds it
+// or a claim younger than claimTTL, which the cache has not shown yet,
+// names it.
+func (c *claims) reserve(node string, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reserved[node] {
+		return false
+	}
+	for _, cl := range c.by {
+		if cl.node == node && now.Sub(cl.at) <= claimTTL {
+			return false
+		}
+	}
+	if c.reserved == nil {
+		c.reserved = map[string]bool{}
+	}
+	c.reserved[node] = true
+	return true
+}
+
+// unreserve ends a reservation; a claim that succeeded is in by already.
+func (c *claims) unreserve(node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.reserved, node)
 }
 
 type claim struct {

@@ -94,3 +94,32 @@ func TestAClaimTheCacheNeverShowsExpires(t *testing.T) {
 		t.Fatal("a claim past claimTTL must be forgotten")
 	}
 }
+
+// TestClaimsReserve: a chassis one reconcile is claiming, or has claimed
+// ahead of the cache, is passed over by the others, and free again once
+// the reservation ends or the claim grows older than claimTTL.
+func TestClaimsReserve(t *testing.T) {
+	var c claims
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	if !c.reserve("a", now) {
+		t.Fatal("positive control: a free chassis is not reserved")
+	}
+	if c.reserve("a", now) {
+		t.Error("a chassis reserved twice")
+	}
+	if !c.reserve("b", now) {
+		t.Error("another chassis is not reserved while a is")
+	}
+	c.unreserve("a")
+	if !c.reserve("a", now) {
+		t.Error("a is not reserved again after its reservation ended")
+	}
+	c.unreserve("a")
+	c.add("lease-1", "a", now)
+	if c.reserve("a", now.Add(claimTTL)) {
+		t.Error("a chassis claimed ahead of the cache is reserved")
+	}
+	if !c.reserve("a", now.Add(claimTTL+time.Second)) {
+		t.Error("a claim older than claimTTL still holds its chassis")
+	}
+}

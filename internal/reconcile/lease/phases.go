@@ -72,7 +72,6 @@ func (r *Reconciler) extend(ctx context.Context, s *scope) error {
 // tries again. Candidates go in a fixed order: the chassis released longest
 // ago first (never-leased ones before all), then by name.
 func (r *Reconciler) bind(ctx context.Context, s *scope) (ctrl.Result, error) {
-	log := ctrl.LoggerFrom(ctx)
 	lease := s.lease
 	class := &fleetv1alpha1.MacNodeClass{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: lease.Spec.NodeClassName}, class); err != nil {
@@ -90,12 +89,17 @@ func (r *Reconciler) bind(ctx context.Context, s *scope) (ctrl.Result, error) {
 		return ctrl.Result{}, nil
 	}
 
-	nodes := &fleetv1alpha1.MacNodeList{}
-	if err := r.Client.List(ctx, nodes, client.MatchingFields{index.MacNodeByClass: class.Name}); err != nil {
-		return ctrl.Result{}, fmt.Errorf("listing MacNodes of class %s: %w", class.Name, err)
+	free := &fleetv1alpha1.MacNodeList{}
+	if err := r.Client.List(ctx, free, client.MatchingFields{index.FreeMacNodeByClass: class.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing the free MacNodes of class %s: %w", class.Name, err)
 	}
-	candidates := freeNodes(nodes.Items)
+	candidates := freeNodes(free.Items)
 	if len(candidates) == 0 {
+		// Only the message counts the class: read, not copied.
+		nodes := &fleetv1alpha1.MacNodeList{}
+		if err := r.Client.List(ctx, nodes, client.MatchingFields{index.MacNodeByClass: class.Name}, client.UnsafeDisableDeepCopy); err != nil {
+			return ctrl.Result{}, fmt.Errorf("listing MacNodes of class %s: %w", class.Name, err)
+		}
 		s.pendingReason = leasingv1alpha1.ReasonNoCapacity
 		s.pendingMessage = fmt.Sprintf("no Ready chassis of class %s is free (%d in the class)", class.Name, len(nodes.Items))
 		return ctrl.Result{}, nil
@@ -105,54 +109,21 @@ func (r *Reconciler) bind(ctx context.Context, s *scope) (ctrl.Result, error) {
 	era := metav1.NewTime(boundAt.Add(minimum))
 	var denials []string
 	for i := range candidates {
-		node := candidates[i].DeepCopy()
-		claimed := node.DeepCopy()
-		claimed.Status.Binding = &fleetv1alpha1.Binding{
-			LeaseNamespace: lease.Namespace, LeaseName: lease.Name, LeaseUID: lease.UID,
-			BoundAt: boundAt, EarliestReleaseAt: era, Images: slices.Clone(lease.Spec.Images),
-		}
-		claimed.Status.Phase = fleetv1alpha1.MacNodeLeased
-
-		// May-bind: the policies judge the lease as it would be bound and
-		// the MacNode as it would be claimed, before anything is written.
-		boundLease := lease.DeepCopy()
-		fillBound(boundLease, claimed)
-		claimedMap, err := inventory.ToMap(claimed)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		leaseDecision, err := r.decide(ctx, boundLease, lease, map[string]any{"macNode": claimedMap})
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		nodeDecision, err := r.decide(ctx, claimed, node, nil)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		if v := append(leaseDecision.Violations, nodeDecision.Violations...); len(v) > 0 {
-			for _, viol := range v {
-				log.Info("Binding refused by policy", "rule", viol.Rule, "code", viol.Code, "revision", leaseDecision.Revision, "MacNode", node.Name)
-				denials = append(denials, viol.Message)
-			}
-			if !leaseDecision.Allowed() {
-				break // the lease itself is illegal; no chassis will do
-			}
+		// Skip the chassis another reconcile of this controller is claiming
+		// or has claimed ahead of the cache: concurrent binds of one class
+		// would all try the same first chassis, and all but one lose the
+		// write after paying for its admission.
+		if !r.claims.reserve(candidates[i].Name, s.now) {
 			continue
 		}
-
-		if err := r.Client.Status().Update(ctx, claimed); err != nil {
-			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-				log.V(1).Info("Lost the race for a chassis", "MacNode", node.Name)
-				continue
-			}
-			return ctrl.Result{}, fmt.Errorf("claiming MacNode %s: %w", node.Name, err)
+		bound, stop, err := r.tryClaim(ctx, s, &candidates[i], boundAt, era, &denials)
+		r.claims.unreserve(candidates[i].Name)
+		if err != nil || bound {
+			return ctrl.Result{}, err
 		}
-		s.node = claimed
-		r.claims.add(lease.UID, claimed.Name, s.now)
-		r.Recorder.Eventf(lease, claimed, corev1.EventTypeNormal, "LeaseBound", "Bind",
-			"Bound chassis %s (%s) until at least %s", claimed.Spec.Serial, claimed.Name, era.UTC().Format(time.RFC3339))
-		log.Info("Lease bound", "MacNode", claimed.Name, "earliestReleaseAt", era.UTC())
-		return ctrl.Result{}, nil
+		if stop {
+			break
+		}
 	}
 	if len(denials) > 0 {
 		s.pendingReason = leasingv1alpha1.ReasonPolicyDenied
@@ -163,6 +134,61 @@ func (r *Reconciler) bind(ctx context.Context, s *scope) (ctrl.Result, error) {
 	s.pendingReason = leasingv1alpha1.ReasonNoCapacity
 	s.pendingMessage = fmt.Sprintf("every free chassis of class %s was claimed concurrently", class.Name)
 	return ctrl.Result{RequeueAfter: conflictRetry}, nil
+}
+
+// tryClaim asks the policies whether the lease may bind candidate, and
+// claims it if so. It returns whether it bound, and whether no other
+// chassis will do (the lease itself is refused); denials gathers the
+// policies' refusals.
+func (r *Reconciler) tryClaim(ctx context.Context, s *scope, candidate *fleetv1alpha1.MacNode, boundAt, era metav1.Time, denials *[]string) (bound, stop bool, err error) {
+	log := ctrl.LoggerFrom(ctx)
+	lease := s.lease
+	node := candidate.DeepCopy()
+	claimed := node.DeepCopy()
+	claimed.Status.Binding = &fleetv1alpha1.Binding{
+		LeaseNamespace: lease.Namespace, LeaseName: lease.Name, LeaseUID: lease.UID,
+		BoundAt: boundAt, EarliestReleaseAt: era, Images: slices.Clone(lease.Spec.Images),
+	}
+	claimed.Status.Phase = fleetv1alpha1.MacNodeLeased
+
+	// May-bind: the policies judge the lease as it would be bound and
+	// the MacNode as it would be claimed, before anything is written.
+	boundLease := lease.DeepCopy()
+	fillBound(boundLease, claimed)
+	claimedMap, err := inventory.ToMap(claimed)
+	if err != nil {
+		return false, false, err
+	}
+	leaseDecision, err := r.decide(ctx, boundLease, lease, map[string]any{"macNode": claimedMap})
+	if err != nil {
+		return false, false, err
+	}
+	nodeDecision, err := r.decide(ctx, claimed, node, nil)
+	if err != nil {
+		return false, false, err
+	}
+	if v := append(leaseDecision.Violations, nodeDecision.Violations...); len(v) > 0 {
+		for _, viol := range v {
+			log.Info("Binding refused by policy", "rule", viol.Rule, "code", viol.Code, "revision", leaseDecision.Revision, "MacNode", node.Name)
+			*denials = append(*denials, viol.Message)
+		}
+		// The lease itself is illegal: no chassis will do.
+		return false, !leaseDecision.Allowed(), nil
+	}
+
+	if err := r.Client.Status().Update(ctx, claimed); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			log.V(1).Info("Lost the race for a chassis", "MacNode", node.Name)
+			return false, false, nil
+		}
+		return false, false, fmt.Errorf("claiming MacNode %s: %w", node.Name, err)
+	}
+	s.node = claimed
+	r.claims.add(lease.UID, claimed.Name, s.now)
+	r.Recorder.Eventf(lease, claimed, corev1.EventTypeNormal, "LeaseBound", "Bind",
+		"Bound chassis %s (%s) until at least %s", claimed.Spec.Serial, claimed.Name, era.UTC().Format(time.RFC3339))
+	log.Info("Lease bound", "MacNode", claimed.Name, "earliestReleaseAt", era.UTC())
+	return true, false, nil
 }
 
 // freeNodes are the Ready, unbound MacNodes, longest released first.

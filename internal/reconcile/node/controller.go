@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -37,6 +38,7 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/conditions"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/intent"
@@ -66,6 +68,9 @@ type Reconciler struct {
 	// the chassis and its Node are marked not ready: the heartbeat interval
 	// times the number of heartbeats that may be missed.
 	HeartbeatGrace time.Duration
+	// MaxConcurrentReconciles bounds parallel reconciles, each of one
+	// chassis.
+	MaxConcurrentReconciles int
 	// Metrics counts quarantines and the chassis that need a person; nil
 	// records none.
 	Metrics *Metrics
@@ -88,11 +93,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&fleetv1alpha1.MacNode{}).
 		Named("macnode").
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(macNodeOfNode)).
 		Watches(&fleetv1alpha1.MacNodeClass{}, handler.EnqueueRequestsFromMapFunc(r.macNodesOfClass)).
 		Watches(&leasingv1alpha1.MacNodeLease{}, handler.EnqueueRequestsFromMapFunc(macNodeOfLease)).
 		Watches(&computev1alpha1.MacOSInstance{}, handler.EnqueueRequestsFromMapFunc(macNodeOfInstance)).
-		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(macNodeOfHeartbeat))
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.macNodeOfHeartbeat))
 	if r.Ticks != nil {
 		b = b.WatchesRawSource(source.Channel(r.Ticks, &handler.EnqueueRequestForObject{}))
 	}
@@ -105,8 +111,18 @@ func macNodeOfNode(_ context.Context, obj client.Object) []reconcile.Request {
 }
 
 // macNodeOfHeartbeat: an agent's heartbeat Lease is named after its node.
-func macNodeOfHeartbeat(_ context.Context, obj client.Object) []reconcile.Request {
+// A renewal matters only to a chassis whose agent is not known to be
+// ready: a ready one's reconcile is due anyway when its last heartbeat
+// would grow too old (assessHeartbeat's requeue), and reads the newest
+// renewal then. A fleet's heartbeats so cost one reconcile per chassis per
+// grace, not one per beat.
+func (r *Reconciler) macNodeOfHeartbeat(ctx context.Context, obj client.Object) []reconcile.Request {
 	if obj.GetNamespace() != HeartbeatNamespace {
+		return nil
+	}
+	mn := &fleetv1alpha1.MacNode{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: obj.GetName()}, mn); err == nil &&
+		r.HeartbeatGrace > 0 && conditions.IsTrue(mn.Status.Conditions, fleetv1alpha1.ConditionAgentReady) {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: obj.GetName()}}}

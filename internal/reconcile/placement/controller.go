@@ -27,6 +27,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -83,6 +84,9 @@ type Reconciler struct {
 	// Denials takes the policies' refusals of this controller's writes,
 	// for the audit stream; may be nil.
 	Denials *audit.Denials
+	// MaxConcurrentReconciles bounds parallel reconciles, each of one
+	// chassis and its slots.
+	MaxConcurrentReconciles int
 }
 
 // SetupWithManager registers the controller and its watches.
@@ -90,6 +94,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&fleetv1alpha1.MacNode{}).
 		Named("placement").
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Watches(&computev1alpha1.MacOSInstance{}, handler.EnqueueRequestsFromMapFunc(r.nodeOfInstance)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(nodeOfPod)).
 		Complete(r)
@@ -373,7 +378,8 @@ func sameSlots(a, b []fleetv1alpha1.Slot) bool {
 // deletes them itself, because there may be no garbage collector.
 func (r *Reconciler) reconcilePlaceholders(ctx context.Context, mn *fleetv1alpha1.MacNode, placed []computev1alpha1.MacOSInstance) error {
 	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(r.Namespace), client.MatchingLabels{PlaceholderLabel: "true"}); err != nil {
+	if err := r.Client.List(ctx, pods, client.InNamespace(r.Namespace), client.MatchingLabels{PlaceholderLabel: "true"},
+		client.MatchingFields{index.PlaceholderByNode: mn.Name}); err != nil {
 		return fmt.Errorf("listing placeholder pods: %w", err)
 	}
 	want := map[string]*computev1alpha1.MacOSInstance{}
@@ -391,7 +397,13 @@ func (r *Reconciler) reconcilePlaceholders(ctx context.Context, mn *fleetv1alpha
 		}
 		uid := p.Labels[InstanceUIDLabel]
 		if want[uid] == nil {
-			if err := r.Client.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
+			if g := p.DeletionGracePeriodSeconds; p.DeletionTimestamp != nil && g != nil && *g == 0 {
+				continue // going at once already
+			}
+			// At once: no kubelet runs a placeholder, so none would end a
+			// graceful deletion, and the Pod would stay Terminating, to be
+			// deleted again on every pass.
+			if err := r.Client.Delete(ctx, p, client.GracePeriodSeconds(0)); client.IgnoreNotFound(err) != nil {
 				return fmt.Errorf("deleting placeholder %s: %w", p.Name, err)
 			}
 			continue

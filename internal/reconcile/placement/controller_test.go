@@ -53,7 +53,7 @@ func setup(t *testing.T, vms int32, objs ...client.Object) (*Reconciler, client.
 			LeaseNamespace: "t", LeaseName: "l", LeaseUID: "lease-uid", BoundAt: metav1.NewTime(t0), EarliestReleaseAt: metav1.NewTime(t0.Add(24 * time.Hour))}}}
 	b := fake.NewClientBuilder().WithScheme(s).WithObjects(append([]client.Object{class, lease, mn}, objs...)...).
 		WithStatusSubresource(&fleetv1alpha1.MacNode{}, &computev1alpha1.MacOSInstance{})
-	for _, ix := range index.Definitions() {
+	for _, ix := range append(index.Definitions(), index.CoreDefinitions()...) {
 		b = b.WithIndex(ix.Object, ix.Name, ix.Value)
 	}
 	c := b.Build()

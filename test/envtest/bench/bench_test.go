@@ -209,6 +209,7 @@ func TestMain(m *testing.M) {
 	if env != nil {
 		_ = env.Stop()
 	}
+	objStopAll() // objects_test.go's control plane
 	os.Exit(code)
 }
 
