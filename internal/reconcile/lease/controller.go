@@ -88,7 +88,8 @@ func (r *Reconciler) leasesForMacNode(ctx context.Context, obj client.Object) []
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: b.LeaseNamespace, Name: b.LeaseName}}}
 	}
 	leases := &leasingv1alpha1.MacNodeLeaseList{}
-	if err := r.Client.List(ctx, leases, client.MatchingFields{index.LeaseByClass: n.Spec.NodeClassName}); err != nil {
+	// Read, not copied: only the keys of the unbound ones are kept.
+	if err := r.Client.List(ctx, leases, client.MatchingFields{index.LeaseByClass: n.Spec.NodeClassName}, client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing leases of a class failed", "MacNodeClass", n.Spec.NodeClassName)
 		return nil
 	}
