@@ -30,7 +30,7 @@ for i in $(seq "$rounds"); do
     [ "$side" = tree ] && dir=$root
     (cd "$dir/test/envtest/bench" && "$work/$side.test" -test.run '^$' -test.bench "^BenchmarkObjects\$/$cases" \
       -test.count "$count" -test.benchmem -test.timeout 120m) | tee -a "$work/$side.out" | awk -v side="$side" '
-        /^BenchmarkObjects\// {
+        /^BenchmarkObjects\// && /\/fleet=/ {
           name = $1; sub(/^BenchmarkObjects\//, "", name); sub(/-[0-9]+$/, "", name)
           for (f = 1; f <= NF; f++) { if ($f == "ns/op") ns = $(f-1); if ($f == "cpu-ns/op") cpu = $(f-1); if ($f == "allocs/op") a = $(f-1) }
           print side, name, ns, cpu, a

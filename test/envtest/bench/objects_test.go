@@ -737,10 +737,14 @@ func (f *objFleet) fill(ctx context.Context) error {
 
 // BenchmarkObjects times one admission decision and one reconcile of each
 // controller, steady (nothing to change) and in a transition, over caches
-// of 10 and 1,000 chassis: BenchmarkObjects/<case>/fleet=<n>.
+// of 10 and 1,000 chassis: BenchmarkObjects/<case>/fleet=<n>. Then
+// BenchmarkObjects/<case>/paired runs the case on both fleets in turn, so
+// that both sizes see the same moments of a shared machine, and reports
+// each size's time per operation and their ratio, wall and CPU.
 func BenchmarkObjects(b *testing.B) {
 	for _, c := range objCases {
 		b.Run(c.name, func(b *testing.B) {
+			var fleets []*objFleet
 			for _, n := range objectFleets {
 				f := fleetOf(b, n)
 				if c.setup != nil {
@@ -748,6 +752,7 @@ func BenchmarkObjects(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
+				fleets = append(fleets, f)
 				b.Run(fmt.Sprintf("fleet=%d", n), func(b *testing.B) {
 					// One untimed pass proves the case does what it says.
 					f.writes.Store(0)
@@ -771,6 +776,34 @@ func BenchmarkObjects(b *testing.B) {
 					b.ReportMetric(float64(f.writes.Load())/float64(b.N), "writes/op")
 				})
 			}
+			if len(fleets) < 2 {
+				return
+			}
+			small, large := fleets[0], fleets[len(fleets)-1]
+			b.Run("paired", func(b *testing.B) {
+				var wall, cpu [2]int64
+				for i := 0; i < b.N; i++ {
+					// Either size goes first in turn.
+					for k := range 2 {
+						j := (i + k) % 2
+						f := small
+						if j == 1 {
+							f = large
+						}
+						t0, c0 := time.Now(), processCPU()
+						if err := c.run(objCtx, f); err != nil {
+							b.Fatal(err)
+						}
+						wall[j] += int64(time.Since(t0))
+						cpu[j] += processCPU() - c0
+					}
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(wall[0])/float64(b.N), fmt.Sprintf("ns/op@%d", small.n))
+				b.ReportMetric(float64(wall[1])/float64(b.N), fmt.Sprintf("ns/op@%d", large.n))
+				b.ReportMetric(float64(wall[1])/float64(wall[0]), "ratio")
+				b.ReportMetric(float64(cpu[1])/float64(max(cpu[0], 1)), "cpu-ratio")
+			})
 		})
 	}
 }
