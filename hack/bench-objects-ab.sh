@@ -7,7 +7,8 @@
 # drift. The benchmark's files are this tree's, copied into BASE's worktree:
 # both sides measure the same cases, over the same fleets. Prints, per case
 # and fleet size, the median ns/op, cpu-ns/op and allocs/op, base then tree,
-# and each side's 1000/10 ratio. Needs bin/k8s (make controlplane).
+# each side's 1000/10 ratio of those medians, and each side's median paired
+# ratio (the sizes run in turn). Needs bin/k8s (make controlplane).
 set -euo pipefail
 
 base=${1:?usage: hack/bench-objects-ab.sh BASE [ROUNDS] [COUNT] [CASES]}
@@ -30,11 +31,15 @@ for i in $(seq "$rounds"); do
     [ "$side" = tree ] && dir=$root
     (cd "$dir/test/envtest/bench" && "$work/$side.test" -test.run '^$' -test.bench "^BenchmarkObjects\$/$cases" \
       -test.count "$count" -test.benchmem -test.timeout 120m) | tee -a "$work/$side.out" | awk -v side="$side" '
-        /^BenchmarkObjects\// && /\/fleet=/ {
+        /^BenchmarkObjects\// {
           name = $1; sub(/^BenchmarkObjects\//, "", name); sub(/-[0-9]+$/, "", name)
-          for (f = 1; f <= NF; f++) { if ($f == "ns/op") ns = $(f-1); if ($f == "cpu-ns/op") cpu = $(f-1); if ($f == "allocs/op") a = $(f-1) }
-          print side, name, ns, cpu, a
-        }' >>"$work/runs"
+          for (f = 1; f <= NF; f++) {
+            if ($f == "ns/op") ns = $(f-1); if ($f == "cpu-ns/op") cpu = $(f-1); if ($f == "allocs/op") a = $(f-1)
+            if ($f == "ratio") r = $(f-1); if ($f == "cpu-ratio") cr = $(f-1)
+          }
+          if (name ~ /\/fleet=/) print side, name, ns, cpu, a >> runs
+          if (name ~ /\/paired$/) { sub(/\/paired$/, "", name); print side, name, r, cr >> paired }
+        }' runs="$work/runs" paired="$work/paired"
   done
 done
 for side in base tree; do cp "$work/$side.out" "${TMPDIR:-/tmp}/bench-objects-ab.$side.out"; done
@@ -71,3 +76,19 @@ echo
 echo "| case | base ratio 1000/10, ns (cpu) | tree ratio 1000/10, ns (cpu) |"
 echo "|---|---|---|"
 sort "$work/ratios"
+# The paired runs: both sizes in turn, in one benchmark (BenchmarkObjects/<case>/paired).
+if [ -s "$work/paired" ]; then
+  echo
+  echo "| case | base paired ratio, ns (cpu) | tree paired ratio, ns (cpu) |"
+  echo "|---|---|---|"
+  awk '
+    function median(list,   n, arr, i, j, t) {
+      n = split(list, arr, " ")
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (arr[j] + 0 < arr[i] + 0) { t = arr[i]; arr[i] = arr[j]; arr[j] = t }
+      return arr[int((n + 1) / 2)]
+    }
+    { r[$2, $1] = r[$2, $1] " " $3; cr[$2, $1] = cr[$2, $1] " " $4; cases[$2] = 1 }
+    END {
+      for (c in cases) printf "| %s | %s (%s) | %s (%s) |\n", c, median(r[c, "base"]), median(cr[c, "base"]), median(r[c, "tree"]), median(cr[c, "tree"])
+    }' "$work/paired" | sort
+fi
