@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,9 @@ import (
 // one per chassis.
 func JournalImage(before *fleetv1alpha1.MacOSImageStatus, img *fleetv1alpha1.MacOSImage, now time.Time) (dropped int) {
 	after := &img.Status
+	if slices.Equal(before.ReplicatedOn, after.ReplicatedOn) {
+		return 0 // the steady pass: both are sorted
+	}
 	digest := ""
 	if after.Resolved != nil {
 		digest = after.Resolved.Digest

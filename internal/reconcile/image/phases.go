@@ -121,17 +121,24 @@ func (r *Reconciler) countReplicas(ctx context.Context, s *scope) error {
 			client.UnsafeDisableDeepCopy); err != nil {
 			return fmt.Errorf("listing MacNodes for the replicas of %s: %w", img.Name, err)
 		}
-		for _, n := range nodes.Items {
-			if holdsVerified(&n, img.Name, res.Digest) {
+		replicas = make([]string, 0, len(nodes.Items))
+		for i := range nodes.Items {
+			if n := &nodes.Items[i]; holdsVerified(n, img.Name, res.Digest) {
 				replicas = append(replicas, n.Spec.Serial)
 			}
 		}
 	}
 	slices.Sort(replicas)
+	if slices.Equal(replicas, img.Status.ReplicatedOn) {
+		return nil // the steady pass: nothing joined, nothing left
+	}
 	for _, serial := range img.Status.ReplicatedOn {
 		if _, found := slices.BinarySearch(replicas, serial); !found {
 			s.evicted = append(s.evicted, serial)
 		}
+	}
+	if len(replicas) == 0 {
+		replicas = nil // omitted, as before: no empty list is written
 	}
 	img.Status.ReplicatedOn = replicas
 	return nil
