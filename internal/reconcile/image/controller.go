@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,6 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -39,7 +41,16 @@ type Reconciler struct {
 	Recorder  events.EventRecorder
 	// Namespace holds the images' pull Secrets (the operator's own).
 	Namespace string
+	// ReplicaCoalesce is how long a chassis' report of its goldens waits
+	// for others before the replicas are counted (DefaultReplicaCoalesce
+	// if zero).
+	ReplicaCoalesce time.Duration
 }
+
+// DefaultReplicaCoalesce bounds status.replicatedOn's writes to one per
+// image every five seconds, and its lag behind the agents' reports to as
+// much.
+const DefaultReplicaCoalesce = 5 * time.Second
 
 // SetupWithManager registers the controller and its watches.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -50,17 +61,70 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// not after the default backoff's 16 minutes.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2,
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, time.Minute)}).
-		Watches(&fleetv1alpha1.MacNode{}, handler.EnqueueRequestsFromMapFunc(r.imagesOfNode)).
+		Watches(&fleetv1alpha1.MacNode{}, r.reportHandler()).
 		Complete(r)
 }
 
-// imagesOfNode maps a chassis' report to every resolved image: a copy may
-// have appeared, verified or gone. An unresolved image has no copies to
+// reportHandler enqueues the resolved images when the goldens a chassis
+// reports verified change, ReplicaCoalesce later: every report of a fleet pulling
+// at once within that window is one pass and one status write, not one
+// each. Every agent watches the MacOSImages, so each write of
+// status.replicatedOn (a serial per chassis) goes to the whole fleet. A
+// MacNode write that leaves its verified copies as they were (a pull's
+// progress, a slot, a binding) enqueues nothing.
+func (r *Reconciler) reportHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
+	after := r.ReplicaCoalesce
+	if after == 0 {
+		after = DefaultReplicaCoalesce
+	}
+	enqueue := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		// AddAfter keeps the earliest time of an image already waiting:
+		// a report in the window joins the pass due, it never defers it.
+		for _, req := range r.resolvedImages(ctx) {
+			q.AddAfter(req, after)
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if len(verifiedCopies(e.Object)) > 0 {
+				enqueue(ctx, q)
+			}
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if !slices.Equal(verifiedCopies(e.ObjectOld), verifiedCopies(e.ObjectNew)) {
+				enqueue(ctx, q)
+			}
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q)
+		},
+	}
+}
+
+// verifiedCopies are the goldens a chassis' agent reports verified, as
+// name@digest: a pull's progress changes none of them.
+func verifiedCopies(o client.Object) []string {
+	n, ok := o.(*fleetv1alpha1.MacNode)
+	if !ok || n.Status.Reported == nil {
+		return nil
+	}
+	var out []string
+	for _, i := range n.Status.Reported.Images {
+		if i.Phase == fleetv1alpha1.ImageReady {
+			out = append(out, i.Name+"@"+i.Digest)
+		}
+	}
+	return out
+}
+
+// resolvedImages are the images a chassis' report may concern: a copy may
+// have verified or gone. An unresolved image has no copies to
 // count, and its retries are the rate limiter's. The catalogue is one
 // golden per macOS and Xcode pair, a handful.
-func (r *Reconciler) imagesOfNode(ctx context.Context, _ client.Object) []reconcile.Request {
+func (r *Reconciler) resolvedImages(ctx context.Context) []reconcile.Request {
 	list := &fleetv1alpha1.MacOSImageList{}
-	if err := r.Client.List(ctx, list); err != nil {
+	// Read, not copied: each carries a serial per chassis.
+	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing MacOSImages failed")
 		return nil
 	}
