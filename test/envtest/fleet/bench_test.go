@@ -60,6 +60,9 @@ const (
 	// idleFor is how long the idle fleet is measured: heartbeats and
 	// reports alone.
 	idleFor = 30 * time.Second
+	// apiserverProfileFor is how much of each wave the API server's CPU
+	// profile covers, from its start (FLEET_PROFILE_DIR).
+	apiserverProfileFor = 30 * time.Second
 )
 
 // BenchmarkFleet is the fleet at scale, as tenants see it through the API
@@ -359,6 +362,10 @@ func (f *bench) measure(name string, w *waveResult, body func()) {
 			f.b.Fatal(err)
 		}
 		defer func() { pprof.StopCPUProfile(); _ = pf.Close() }()
+		// The API server's own profile of the wave's first minute: where
+		// its CPU goes while the wave is busiest.
+		done := f.apiserverProfile(ctx, filepath.Join(dir, "apiserver-"+name+".pprof"), apiserverProfileFor)
+		defer func() { <-done }()
 	}
 	before, err := f.take(ctx)
 	if err != nil {
@@ -373,6 +380,25 @@ func (f *bench) measure(name string, w *waveResult, body func()) {
 	}
 	w.cost = delta(before, after)
 	w.peakOperator, w.peakFleet, w.peakAPI, w.peakEtcd = pk.operator, pk.fleet, pk.apiserver, pk.etcd
+}
+
+// apiserverProfile fetches the kube-apiserver's CPU profile (its
+// --profiling is on by default) over the next d into file, in the
+// background; the channel closes when it is written or has failed.
+func (f *bench) apiserverProfile(ctx context.Context, file string, d time.Duration) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		raw, err := f.clientset.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+			Param("seconds", strconv.Itoa(int(d.Seconds()))).Timeout(d+30*time.Second).DoRaw(ctx)
+		if err == nil {
+			err = os.WriteFile(file, raw, 0o644)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "the API server's profile %s: %v\n", file, err)
+		}
+	}()
+	return done
 }
 
 // wave: every tenant creates its lease at once and, once it is Bound, its
