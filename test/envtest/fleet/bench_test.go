@@ -390,7 +390,7 @@ func (f *bench) apiserverProfile(ctx context.Context, file string, d time.Durati
 	go func() {
 		defer close(done)
 		raw, err := f.clientset.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
-			Param("seconds", strconv.Itoa(int(d.Seconds()))).Timeout(d+30*time.Second).DoRaw(ctx)
+			Param("seconds", strconv.Itoa(int(d.Seconds()))).Timeout(d + 30*time.Second).DoRaw(ctx)
 		if err == nil {
 			err = os.WriteFile(file, raw, 0o644)
 		}
