@@ -35,12 +35,7 @@ done
 # Median of each rule's p50 and p99 per side.
 echo "| rule | base p50 / p99 (µs) | tree p50 / p99 (µs) | allocs/op, base → tree |"
 echo "|---|---|---|---|"
-awk '
-  function median(list,   n, arr, i, j, t) {
-    n = split(list, arr, " ")
-    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (arr[j] + 0 < arr[i] + 0) { t = arr[i]; arr[i] = arr[j]; arr[j] = t }
-    return arr[int((n + 1) / 2)]
-  }
+awk "$(cat "$root/hack/median.awk")"'
   { key = $2 SUBSEP $1; p50[key] = p50[key] " " $3; p99[key] = p99[key] " " $4; allocs[key] = $5; rules[$2] = 1 }
   END {
     for (r in rules) {

@@ -44,12 +44,7 @@ for i in $(seq "$rounds"); do
 done
 for side in base tree; do cp "$work/$side.out" "${TMPDIR:-/tmp}/bench-objects-ab.$side.out"; done
 
-awk -v rows="$work/rows" -v ratios="$work/ratios" '
-  function median(list,   n, arr, i, j, t) {
-    n = split(list, arr, " ")
-    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (arr[j] + 0 < arr[i] + 0) { t = arr[i]; arr[i] = arr[j]; arr[j] = t }
-    return arr[int((n + 1) / 2)]
-  }
+awk -v rows="$work/rows" -v ratios="$work/ratios" "$(cat "$root/hack/median.awk")"'
   {
     c = $2; f = c; sub(/\/fleet=[0-9]+$/, "", c); sub(/^.*\/fleet=/, "", f)
     k = c SUBSEP f SUBSEP $1
@@ -81,12 +76,7 @@ if [ -s "$work/paired" ]; then
   echo
   echo "| case | base paired ratio, ns (cpu) | tree paired ratio, ns (cpu) |"
   echo "|---|---|---|"
-  awk '
-    function median(list,   n, arr, i, j, t) {
-      n = split(list, arr, " ")
-      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (arr[j] + 0 < arr[i] + 0) { t = arr[i]; arr[i] = arr[j]; arr[j] = t }
-      return arr[int((n + 1) / 2)]
-    }
+  awk "$(cat "$root/hack/median.awk")"'
     { r[$2, $1] = r[$2, $1] " " $3; cr[$2, $1] = cr[$2, $1] " " $4; cases[$2] = 1 }
     END {
       for (c in cases) printf "| %s | %s (%s) | %s (%s) |\n", c, median(r[c, "base"]), median(cr[c, "base"]), median(r[c, "tree"]), median(cr[c, "tree"])
