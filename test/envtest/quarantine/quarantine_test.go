@@ -168,6 +168,15 @@ func (c *chassis) stickByAnnotation() {
 	c.second = c.first
 }
 
+// retire takes a chassis that is back in the pool out of service.
+func (c *chassis) retire() {
+	GinkgoHelper()
+	mn := &fleetv1alpha1.MacNode{}
+	mn.Name = c.agent.Node
+	Expect(admin.Patch(ctx, mn, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"retired":true}}`)))).To(Succeed())
+	Eventually(func() fleetv1alpha1.MacNodePhase { return macNode(c.agent.Node).Status.Phase }).Should(Equal(fleetv1alpha1.MacNodeRetired))
+}
+
 func (c *chassis) quarantine() *fleetv1alpha1.QuarantineStatus {
 	return macNode(c.agent.Node).Status.Quarantine
 }
@@ -395,6 +404,9 @@ var _ = Describe("The quota-stuck loop", func() {
 		Eventually(func() bool {
 			return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(c.lease), &leasingv1alpha1.MacNodeLease{}))
 		}).Should(BeTrue())
+		// Back in the pool, the chassis would race the next spec's own for
+		// its lease: newChassis binds the only free chassis of the class.
+		c.retire()
 	})
 
 	It("gives up after more than 3 quarantines in 24 hours: the chassis stays Quarantined, is not rebooted, and goes to no one", func() {
