@@ -20,7 +20,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
@@ -28,8 +27,15 @@ import (
 // DefaultTimeout bounds one wait for the cache.
 const DefaultTimeout = 2 * time.Second
 
-// poll is how often the cache is looked at while waiting: it is memory.
-const poll = 2 * time.Millisecond
+// The cache is looked at after firstPoll, then twice as long after each
+// look, up to maxPoll. A look is memory, but a saturated API server's
+// watches lag by a second or more: at a fixed 2 ms, a thousand agents
+// waiting each spent more CPU looking than the writes cost (BENCHMARKS.md,
+// "Fleet scale").
+const (
+	firstPoll = 2 * time.Millisecond
+	maxPoll   = 32 * time.Millisecond
+)
 
 // New wraps c so that its writes of the given kinds, which cache holds
 // informers for, wait for cache to show them. Writes of other kinds go
@@ -136,20 +142,32 @@ func (w *waiting) wait(ctx context.Context, obj client.Object, deleted, conflict
 	// it: its absence from the cache is what to wait for then. Otherwise
 	// an absent object is one the cache has not seen yet (a create).
 	gone := deleted || !obj.GetDeletionTimestamp().IsZero() && len(obj.GetFinalizers()) == 0
-	_ = wait.PollUntilContextTimeout(ctx, poll, w.timeout, true, func(ctx context.Context) (bool, error) {
-		if err := w.cache.Get(ctx, key, fresh); err != nil {
-			return gone && apierrors.IsNotFound(err), nil
+	shown := func() bool {
+		// Only the metadata is read: the cache's own object, uncopied.
+		if err := w.cache.Get(ctx, key, fresh, client.UnsafeDisableDeepCopy); err != nil {
+			return gone && apierrors.IsNotFound(err)
 		}
 		if fresh.GetUID() != obj.GetUID() && obj.GetUID() != "" {
-			return true, nil // another object of that name: ours is gone
+			return true // another object of that name: ours is gone
 		}
 		switch {
 		case deleted:
-			return !fresh.GetDeletionTimestamp().IsZero(), nil
+			return !fresh.GetDeletionTimestamp().IsZero()
 		case gone:
-			return false, nil // the response's resourceVersion may be the last one stored
+			return false // the response's resourceVersion may be the last one stored
 		}
 		got, err := strconv.ParseUint(fresh.GetResourceVersion(), 10, 64)
-		return err != nil || got >= want, nil
-	})
+		return err != nil || got >= want
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	for delay := firstPoll; !shown(); delay = min(2*delay, maxPoll) {
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }
