@@ -47,6 +47,9 @@ const (
 	// <dir>/<wave>.pprof, and serves net/http/pprof on pprofAddress.
 	envProfile   = "FLEET_PROFILE_DIR"
 	pprofAddress = "127.0.0.1:6061"
+	// fleetPprofAddress is the fleet child's net/http/pprof, with
+	// FLEET_PROFILE_DIR set.
+	fleetPprofAddress = "127.0.0.1:6062"
 )
 
 const (
@@ -370,6 +373,9 @@ func (f *bench) measure(name string, w *waveResult, body func()) {
 		// its CPU goes while the wave is busiest.
 		done := f.apiserverProfile(ctx, filepath.Join(dir, "apiserver-"+name+".pprof"), apiserverProfileFor)
 		defer func() { <-done }()
+		// And the agents' (the fleet child's), over the same span.
+		fleetDone := fleetProfile(ctx, filepath.Join(dir, "agents-"+name+".pprof"), apiserverProfileFor)
+		defer func() { <-fleetDone }()
 	}
 	before, err := f.take(ctx)
 	if err != nil {
@@ -384,6 +390,39 @@ func (f *bench) measure(name string, w *waveResult, body func()) {
 	}
 	w.cost = delta(before, after)
 	w.peakOperator, w.peakFleet, w.peakAPI, w.peakEtcd = pk.operator, pk.fleet, pk.apiserver, pk.etcd
+}
+
+// fleetProfile fetches the fleet child's CPU profile over the next d into
+// file, in the background, as apiserverProfile does.
+func fleetProfile(ctx context.Context, file string, d time.Duration) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err := func() error {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+				fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", fleetPprofAddress, int(d.Seconds())), nil)
+			if err != nil {
+				return err
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = resp.Body.Close() }()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s", resp.Status)
+			}
+			raw, err := io.ReadAll(resp.Body)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(file, raw, 0o644)
+		}()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "the agents' profile %s: %v\n", file, err)
+		}
+	}()
+	return done
 }
 
 // apiserverProfile fetches the kube-apiserver's CPU profile (its

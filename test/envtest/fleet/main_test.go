@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -86,6 +87,10 @@ func runFleetChild(root string) error {
 			}
 		}
 	}()
+	if os.Getenv(envProfile) != "" {
+		// The benchmark takes the agents' CPU profile of each wave here.
+		go func() { _ = http.ListenAndServe(fleetPprofAddress, nil) }()
+	}
 	log := zap.New(zap.Level(zapcore.ErrorLevel))
 	return simfleet.Run(ctx, simfleet.Options{Hosts: hosts, AgentsNamespace: harness.AgentsNamespace,
 		HeartbeatInterval: heartbeat, Clock: clk, Log: log, RebootTime: time.Second})
