@@ -15,6 +15,7 @@ package cachewait
 
 import (
 	"context"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -134,7 +135,13 @@ func (w *waiting) wait(ctx context.Context, obj client.Object, deleted, conflict
 		want++
 	}
 	key := client.ObjectKeyFromObject(obj)
-	fresh, ok := obj.DeepCopyObject().(client.Object)
+	// An empty object of obj's type: the uncopied reads below overwrite it
+	// whole, so a copy of obj would be thrown away.
+	t := reflect.TypeOf(obj)
+	if t.Kind() != reflect.Pointer {
+		return
+	}
+	fresh, ok := reflect.New(t.Elem()).Interface().(client.Object)
 	if !ok {
 		return
 	}
