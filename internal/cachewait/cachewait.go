@@ -15,7 +15,6 @@ package cachewait
 
 import (
 	"context"
-	"reflect"
 	"strconv"
 	"time"
 
@@ -135,13 +134,7 @@ func (w *waiting) wait(ctx context.Context, obj client.Object, deleted, conflict
 		want++
 	}
 	key := client.ObjectKeyFromObject(obj)
-	// An empty object of obj's type: the uncopied reads below overwrite it
-	// whole, so a copy of obj would be thrown away.
-	t := reflect.TypeOf(obj)
-	if t.Kind() != reflect.Pointer {
-		return
-	}
-	fresh, ok := reflect.New(t.Elem()).Interface().(client.Object)
+	fresh, ok := obj.DeepCopyObject().(client.Object)
 	if !ok {
 		return
 	}
