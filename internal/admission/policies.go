@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -49,13 +50,18 @@ type PolicyApplier struct {
 	Engine    *policy.Engine
 	Namespace string
 	Params    policy.Params
-
-	cache cache.Cache
+	// Reader reads the live objects. SetupWithManager sets it to the
+	// applier's own cache, narrowed to them.
+	Reader client.Reader
 }
 
 // applyKey is the one request the applier reconciles: every event means
 // "make the whole set as it should be".
 var applyKey = reconcile.Request{}
+
+// conflictRetry is how soon an apply that lost a race reads again, should
+// no event of the winning write arrive first.
+const conflictRetry = 200 * time.Millisecond
 
 // SetupWithManager watches the applier's objects through a cache of their
 // own, narrowed to them (the manager's would hold every ConfigMap of the
@@ -79,7 +85,7 @@ func (a *PolicyApplier) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.Add(c); err != nil {
 		return err
 	}
-	a.cache = c
+	a.Reader = c
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{applyKey}
 	})
@@ -126,7 +132,9 @@ func (a *PolicyApplier) desired() ([]*unstructured.Unstructured, error) {
 }
 
 // Reconcile applies every object that is missing, edited, or older than
-// this bundle.
+// this bundle. An object it read is applied only at the resourceVersion it
+// read: the cache may lag a newer bundle's write, and a blind forced apply
+// would undo it. A conflict requeues, and the next read sees the write.
 func (a *PolicyApplier) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	objs, err := a.desired()
@@ -136,7 +144,7 @@ func (a *PolicyApplier) Reconcile(ctx context.Context, _ reconcile.Request) (rec
 	for _, u := range objs {
 		live := &unstructured.Unstructured{}
 		live.SetGroupVersionKind(u.GroupVersionKind())
-		err := a.cache.Get(ctx, client.ObjectKeyFromObject(u), live)
+		err := a.Reader.Get(ctx, client.ObjectKeyFromObject(u), live)
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
@@ -147,8 +155,15 @@ func (a *PolicyApplier) Reconcile(ctx context.Context, _ reconcile.Request) (rec
 					"serial", serial, "ownSerial", a.Engine.Serial())
 				continue
 			}
+			u.SetResourceVersion(live.GetResourceVersion())
 		}
-		if err := a.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		err = a.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership)
+		if apierrors.IsConflict(err) {
+			log.Info("Admission policy object changed since it was read; reading it again", "kind", u.GetKind(), "name", u.GetName(),
+				"resourceVersion", live.GetResourceVersion())
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		}
+		if err != nil {
 			return reconcile.Result{}, fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
 		}
 		if live.GetResourceVersion() == "" {
