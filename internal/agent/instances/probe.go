@@ -62,7 +62,7 @@ func (r *Instances) probe(ctx context.Context, log logr.Logger, mn *fleetv1alpha
 	defer r.vmMu.Unlock()
 	r.inventoryMu.Lock()
 	defer r.inventoryMu.Unlock()
-	running, err := r.vmsUp(ctx, log)
+	running, _, err := r.vmsLeft(ctx, log)
 	if err != nil {
 		return err
 	}

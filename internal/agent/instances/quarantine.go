@@ -110,16 +110,20 @@ func (r *Instances) ReconcileQuarantine(ctx context.Context, req ctrl.Request) (
 	}
 }
 
-// reboot reboots the host, once, when no VM runs. A VM whose helper does
-// not say its state counts as running: the agent does not take down a VM
-// it could not stop.
+// reboot reboots the host, once, when no tenant's VM helper is left. A
+// helper goes only after the fence has recorded its VM's stop, so a helper
+// left says a stop not yet on record, by an agent killed before it wrote
+// it; the reboot would end the helper, the only one that knows how the VM
+// went down. A VM whose helper does not say its state counts as running:
+// the agent does not take down a VM it could not stop.
 func (r *Instances) reboot(ctx context.Context, log logr.Logger, mn *fleetv1alpha1.MacNode, boot string) error {
-	running, err := r.vmsUp(ctx, log)
+	running, unrecorded, err := r.vmsLeft(ctx, log)
 	if err != nil {
 		return err
 	}
-	if running > 0 {
-		log.Info("Waiting for the VMs to stop before the reboot", "vms", running)
+	if running > 0 || unrecorded > 0 {
+		log.Info("Waiting for the VMs to stop, and their stops to be recorded, before the reboot",
+			"running", running, "stoppedUnrecorded", unrecorded)
 		return nil
 	}
 	if r.Rebooter == nil {
@@ -146,25 +150,27 @@ func (r *Instances) reboot(ctx context.Context, log logr.Logger, mn *fleetv1alph
 	return nil
 }
 
-// vmsUp counts the VMs that are not known to be down: each helper's VM,
-// unless it says it is Stopped.
-func (r *Instances) vmsUp(ctx context.Context, log logr.Logger) (int, error) {
+// vmsLeft counts the VMs that are not known to be down (each helper's VM,
+// unless it says it is Stopped), and the tenants' helpers whose VM is down
+// but whose stop the fence has not yet recorded.
+func (r *Instances) vmsLeft(ctx context.Context, log logr.Logger) (running, unrecorded int, err error) {
 	helpers, err := r.Launcher.Running()
 	if err != nil {
-		return 0, fmt.Errorf("listing the VM helpers: %w", err)
+		return 0, 0, fmt.Errorf("listing the VM helpers: %w", err)
 	}
-	n := 0
 	for uid, sock := range helpers {
 		st, err := vmState(ctx, sock)
 		switch {
 		case err != nil:
 			log.Info("A helper does not say its VM's state; it counts as running", "instanceUID", uid, "error", err.Error())
-			n++
+			running++
 		case st != driver.StateStopped && st != driver.StateError:
-			n++
+			running++
+		case uid != ProbeUID:
+			unrecorded++
 		}
 	}
-	return n, nil
+	return running, unrecorded, nil
 }
 
 // probeAfterReboot probes the quota once in a boot after the one it stuck

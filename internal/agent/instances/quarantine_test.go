@@ -340,6 +340,48 @@ func TestTheHostRebootsOnlyWhenAskedForItsBootWithNoVMRunning(t *testing.T) {
 	}
 }
 
+// An agent killed after it stopped a VM, before it recorded how, leaves
+// the VM's helper: the only one that still knows. The reboot waits for the
+// fence to record the stop, since it would end the helper.
+func TestTheHostIsNotRebootedBeforeEveryStopIsOnRecord(t *testing.T) {
+	qr := newQuarantineRig(t, withGuest(t), "ci-1")
+	qr.run("ci-1")
+	qr.quarantine("boot-1")
+	// The killed agent's stop: the VM is down, nothing is written.
+	method, err := qr.helperOf("ci-1").StopVM(context.Background(), time.Second)
+	if err != nil || method == "" {
+		t.Fatalf("stopping the VM through its helper: %q, %v", method, err)
+	}
+	if rt := qr.instance("ci-1").Status.Runtime; rt.LastStop != nil {
+		t.Fatalf("lastStop %+v before the fence ran, want none", rt.LastStop)
+	}
+	qr.requestReboot()
+	for range 2 {
+		if err := qr.reconcileQuarantine(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := qr.rebooter.count(); n != 0 {
+		t.Fatalf("rebooted %d times with a stop not on record", n)
+	}
+
+	// Positive control: the fence records the stop and removes the
+	// helper; then the host reboots, and the record is there.
+	if err := qr.reconcile("ci-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := qr.reconcileQuarantine(); err != nil {
+		t.Fatal(err)
+	}
+	if n := qr.rebooter.count(); n != 1 {
+		t.Fatalf("rebooted %d times once the stop was recorded, want once", n)
+	}
+	if rt := qr.instance("ci-1").Status.Runtime; rt.LastStop == nil || rt.LastStop.Method != computev1alpha1.StopMethod(method) ||
+		rt.LastStop.Reason != StopReasonChassisQuarantined {
+		t.Errorf("lastStop %+v, want %s for %s", rt.LastStop, method, StopReasonChassisQuarantined)
+	}
+}
+
 func TestTheHostIsNotRebootedForAnotherBootNorWhenItNeedsAttention(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
