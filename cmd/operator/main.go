@@ -126,6 +126,7 @@ func run(log logr.Logger, opts options) error {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
+		Cache:                   operator.CacheOptions(),
 		Metrics:                 metricsserver.Options{BindAddress: opts.metricsAddr, TLSOpts: tlsOpts},
 		HealthProbeBindAddress:  opts.probeAddr,
 		LeaderElection:          opts.enableLeaderElection,

@@ -172,7 +172,8 @@ func run(ctx context.Context, cfg *rest.Config, c Config, wg *sync.WaitGroup, re
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptrTrue()},
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+		// Without managedFields, as the operator's: nothing reads them.
+		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 			&computev1alpha1.MacOSInstance{}: {Field: fields.OneTermEqualSelector("status.nodeName", c.NodeName)},
 			&fleetv1alpha1.MacNode{}:         {Field: fields.OneTermEqualSelector("metadata.name", c.NodeName)},
 			&corev1.Node{}:                   {Field: fields.OneTermEqualSelector("metadata.name", c.NodeName)},

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -66,6 +67,14 @@ type Options struct {
 	AuditSink audit.Sink
 	// AuditOrigin names the cluster in the records' source.
 	AuditOrigin audit.Origin
+}
+
+// CacheOptions are the manager's cache options, for cmd/operator and the
+// envtest harness alike. The cache drops every object's managedFields: no
+// controller reads them, an update that omits them keeps the stored ones,
+// and they are a large share of each cached chassis, lease and instance.
+func CacheOptions() cache.Options {
+	return cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
 }
 
 // Setup adds everything to mgr.

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -40,7 +41,7 @@ func key(o client.Object) string { return o.GetNamespace() + "/" + o.GetName() }
 func startTracker(ctx context.Context, env *harness.Env) (*tracker, error) {
 	t := &tracker{leases: map[string]leasingv1alpha1.MacNodeLeasePhase{}, boundAt: map[string]time.Time{},
 		boundTo: map[string]map[string]bool{}, runningAt: map[string]time.Time{}, nodes: map[string]bool{}}
-	c, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme})
+	c, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme, DefaultTransform: trackedFields})
 	if err != nil {
 		return nil, err
 	}
@@ -87,6 +88,35 @@ func startTracker(ctx context.Context, env *harness.Env) (*tracker, error) {
 }
 
 func (t *tracker) stop() { t.cancel() }
+
+// trackedFields keeps, of each object, only what the tracker reads, so
+// that the benchmark process's RSS is the operator's and not also a second
+// copy of the fleet.
+func trackedFields(o any) (any, error) {
+	meta := func(m metav1.Object) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: m.GetName(), Namespace: m.GetNamespace(), UID: m.GetUID(), ResourceVersion: m.GetResourceVersion()}
+	}
+	switch x := o.(type) {
+	case *leasingv1alpha1.MacNodeLease:
+		return &leasingv1alpha1.MacNodeLease{ObjectMeta: meta(x),
+			Status: leasingv1alpha1.MacNodeLeaseStatus{Phase: x.Status.Phase, NodeName: x.Status.NodeName}}, nil
+	case *computev1alpha1.MacOSInstance:
+		out := &computev1alpha1.MacOSInstance{ObjectMeta: meta(x)}
+		if rt := x.Status.Runtime; rt != nil {
+			out.Status.Runtime = &computev1alpha1.RuntimeStatus{Phase: rt.Phase}
+		}
+		return out, nil
+	case *fleetv1alpha1.MacNode:
+		out := &fleetv1alpha1.MacNode{ObjectMeta: meta(x), Status: fleetv1alpha1.MacNodeStatus{Phase: x.Status.Phase}}
+		for _, c := range x.Status.Conditions {
+			if c.Type == fleetv1alpha1.ConditionAgentReady {
+				out.Status.Conditions = append(out.Status.Conditions, metav1.Condition{Type: c.Type, Reason: c.Reason, Status: c.Status})
+			}
+		}
+		return out, nil
+	}
+	return o, nil
+}
 
 func (t *tracker) lease(o client.Object) {
 	l := o.(*leasingv1alpha1.MacNodeLease)

@@ -101,6 +101,7 @@ func (e *Env) StartOperator(o OperatorOptions) (*Operator, error) {
 	cfg.QPS, cfg.Burst = 500, 1000
 	opts := ctrl.Options{
 		Scheme:                 e.Scheme,
+		Cache:                  operator.CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Logger:                 o.Log,

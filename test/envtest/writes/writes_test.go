@@ -31,6 +31,8 @@ const (
 	class      = "m4-writes"
 	image      = "writes-golden"
 	tenantUser = "writes-tenant"
+	// tenantManager is the field manager of the tenant's instance create.
+	tenantManager = "tenant-kubectl"
 	// heartbeat is the agent's Lease renewal interval: its writes are a
 	// function of the time the life takes, not of the life.
 	heartbeat = 2 * time.Second
@@ -139,7 +141,7 @@ var _ = Describe("One lease's whole life, on a quiet cluster", Ordered, func() {
 		inst := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: "vm", Namespace: tenant.Namespace},
 			Spec: computev1alpha1.MacOSInstanceSpec{LeaseName: lease.Name, ImageName: image, CPU: 4,
 				Memory: resource.MustParse("8Gi"), Disk: resource.MustParse("100Gi")}}
-		Expect(tenant.Client.Create(ctx, inst)).To(Succeed())
+		Expect(tenant.Client.Create(ctx, inst, client.FieldOwner(tenantManager))).To(Succeed())
 		Eventually(func() computev1alpha1.VMPhase {
 			got := &computev1alpha1.MacOSInstance{}
 			if admin.Get(ctx, client.ObjectKeyFromObject(inst), got) != nil || got.Status.Runtime == nil {
@@ -148,6 +150,13 @@ var _ = Describe("One lease's whole life, on a quiet cluster", Ordered, func() {
 			return got.Status.Runtime.Phase
 		}).Should(Equal(computev1alpha1.VMRunning))
 		quiesce(from, time.Second)
+		// The operator and the agent write from caches that drop
+		// managedFields: the stored ones stay, the tenant's with them.
+		running := &computev1alpha1.MacOSInstance{}
+		Expect(admin.Get(ctx, client.ObjectKeyFromObject(inst), running)).To(Succeed())
+		Expect(running.ManagedFields).To(ContainElement(HaveField("Manager", tenantManager)),
+			"the tenant's field ownership was lost")
+		Expect(len(running.ManagedFields)).To(BeNumerically(">", 1), "positive control: others wrote the instance since")
 
 		By("deleting the instance: stopped, wiped, gone")
 		Expect(tenant.Client.Delete(ctx, inst)).To(Succeed())
