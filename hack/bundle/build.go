@@ -471,6 +471,7 @@ var nativeKinds = map[string]metav1.GroupVersionKind{
 	"coordination.k8s.io/leases": {Group: "coordination.k8s.io", Version: "v1", Kind: "Lease"},
 	"admissionregistration.k8s.io/validatingadmissionpolicies":       {Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingAdmissionPolicy"},
 	"admissionregistration.k8s.io/validatingadmissionpolicybindings": {Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingAdmissionPolicyBinding"},
+	"flowcontrol.apiserver.k8s.io/flowschemas":                       {Group: "flowcontrol.apiserver.k8s.io", Version: "v1", Kind: "FlowSchema"},
 }
 
 func nativeAPIs(rules []rbacv1.PolicyRule, own map[string]bool) ([]metav1.GroupVersionKind, error) {

@@ -8,6 +8,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
@@ -38,9 +39,9 @@ const SerialAnnotation = fleetv1alpha1.PolicySerialAnnotation
 // partOf selects the objects MacRack installs.
 const partOf = "app.kubernetes.io/part-of"
 
-// PolicyApplier applies the params ConfigMap and every
-// ValidatingAdmissionPolicy with its binding, with server-side apply, and
-// keeps them: it watches them and applies again whatever is deleted or
+// PolicyApplier applies the params ConfigMap, every
+// ValidatingAdmissionPolicy with its binding, and the agents' heartbeat
+// FlowSchema, with server-side apply, and keeps them: it watches them and applies again whatever is deleted or
 // edited. An OLM bundle cannot carry VAPs, so the operator installs the very
 // policies its engine compiled. It runs on the leader only, and never
 // replaces an object a newer bundle (a higher serial) wrote, so that two
@@ -73,6 +74,7 @@ func (a *PolicyApplier) SetupWithManager(mgr ctrl.Manager) error {
 		ByObject: map[client.Object]cache.ByObject{
 			&admissionregistrationv1.ValidatingAdmissionPolicy{}:        {Label: selector},
 			&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}: {Label: selector},
+			&flowcontrolv1.FlowSchema{}:                                 {Label: selector},
 			&corev1.ConfigMap{}: {
 				Namespaces: map[string]cache.Config{a.Namespace: {}},
 				Field:      fields.OneTermEqualSelector("metadata.name", policy.ParamsConfigMapName),
@@ -95,6 +97,7 @@ func (a *PolicyApplier) SetupWithManager(mgr ctrl.Manager) error {
 		Named("admission-policies").
 		WatchesRawSource(source.Kind(c, client.Object(&admissionregistrationv1.ValidatingAdmissionPolicy{}), all)).
 		WatchesRawSource(source.Kind(c, client.Object(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}), all)).
+		WatchesRawSource(source.Kind(c, client.Object(&flowcontrolv1.FlowSchema{}), all)).
 		WatchesRawSource(source.Kind(c, client.Object(&corev1.ConfigMap{}), all)).
 		WatchesRawSource(source.Channel(start, all)).
 		Complete(a)
@@ -103,7 +106,7 @@ func (a *PolicyApplier) SetupWithManager(mgr ctrl.Manager) error {
 // desired are the objects the applier keeps, as server-side apply
 // configurations.
 func (a *PolicyApplier) desired() ([]*unstructured.Unstructured, error) {
-	objs := []runtime.Object{policy.ParamsConfigMap(a.Namespace, a.Params)}
+	objs := []runtime.Object{policy.ParamsConfigMap(a.Namespace, a.Params), HeartbeatFlowSchema(a.Params.AgentsNamespace)}
 	aps, err := a.Engine.AdmissionPolicies(a.Params)
 	if err != nil {
 		return nil, err

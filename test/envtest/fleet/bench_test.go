@@ -331,6 +331,8 @@ type waveResult struct {
 	peakOperator, peakFleet, peakAPI int64
 	peakEtcd                         int64
 
+	heartbeats heartbeatGaps
+
 	release, idle bool
 }
 
@@ -339,6 +341,7 @@ type sampleDelta struct {
 	wall                                time.Duration
 	operatorCPU, fleetCPU, apiCPU, etcd time.Duration
 	reads, writes                       float64
+	flowWaits                           map[string]flowWait
 	reconciles                          map[string]float64
 	decisions                           float64
 }
@@ -346,7 +349,11 @@ type sampleDelta struct {
 func delta(a, b sample) sampleDelta {
 	d := sampleDelta{wall: b.at.Sub(a.at), operatorCPU: b.operator.cpu - a.operator.cpu, fleetCPU: b.fleet.cpu - a.fleet.cpu,
 		apiCPU: b.apiserver.cpu - a.apiserver.cpu, etcd: b.etcd.cpu - a.etcd.cpu,
-		reads: b.apiReads - a.apiReads, writes: b.apiWrites - a.apiWrites, reconciles: map[string]float64{}}
+		reads: b.apiReads - a.apiReads, writes: b.apiWrites - a.apiWrites, reconciles: map[string]float64{},
+		flowWaits: map[string]flowWait{}}
+	for k, v := range b.flowWaits {
+		d.flowWaits[k] = flowWait{seconds: v.seconds - a.flowWaits[k].seconds, requests: v.requests - a.flowWaits[k].requests}
+	}
 	for k, v := range b.reconciles {
 		d.reconciles[k] = v - a.reconciles[k]
 	}
@@ -382,7 +389,9 @@ func (f *bench) measure(name string, w *waveResult, body func()) {
 		f.b.Fatal(err)
 	}
 	pk := watchPeaks("self", strconv.Itoa(f.child.Process.Pid), f.apiserverPID, f.etcdPID)
+	f.track.resetGaps()
 	body()
+	w.heartbeats = f.track.gapsSince()
 	pk.end()
 	after, err := f.take(ctx)
 	if err != nil {
@@ -642,6 +651,24 @@ func (w *waveResult) lines() []string {
 		}
 	}
 	out = append(out, "  reconciles per lease (per controller): "+strings.Join(parts, ", "))
+	levels := make([]string, 0, len(c.flowWaits))
+	for k, v := range c.flowWaits {
+		if v.requests > 0 {
+			levels = append(levels, k)
+		}
+	}
+	slices.Sort(levels)
+	parts = parts[:0]
+	for _, k := range levels {
+		v := c.flowWaits[k]
+		parts = append(parts, fmt.Sprintf("%s %.0f requests, mean %s", k, v.requests,
+			time.Duration(v.seconds/v.requests*float64(time.Second)).Round(time.Microsecond)))
+	}
+	out = append(out, "  queued in priority and fairness, per priority level: "+strings.Join(parts, "; "))
+	if w.heartbeats.n > 0 {
+		out = append(out, fmt.Sprintf("  heartbeats seen: %d, the longest gap between two of one chassis %s (%s)",
+			w.heartbeats.n, w.heartbeats.longest.Round(10*time.Millisecond), w.heartbeats.node))
+	}
 	return out
 }
 

@@ -117,24 +117,50 @@ type sample struct {
 	operator, fleet       proc
 	apiserver, etcd       proc
 	apiReads, apiWrites   float64
+	flowWaits             map[string]flowWait
 	reconciles, decisions map[string]float64
 }
 
-// requestLine matches apiserver_request_total's samples.
-var requestLine = regexp.MustCompile(`^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$`)
-var verbLabel = regexp.MustCompile(`verb="([A-Z]+)"`)
+// requestLine matches apiserver_request_total's samples; flowWaitLine the
+// sums and counts of apiserver_flowcontrol_request_wait_duration_seconds,
+// the time requests queued in priority and fairness before they ran.
+var (
+	requestLine  = regexp.MustCompile(`^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$`)
+	verbLabel    = regexp.MustCompile(`verb="([A-Z]+)"`)
+	flowWaitLine = regexp.MustCompile(`^apiserver_flowcontrol_request_wait_duration_seconds_(sum|count)\{([^}]*)\} ([0-9.e+]+)$`)
+	levelLabel   = regexp.MustCompile(`priority_level="([^"]+)"`)
+)
+
+// flowWait is one priority level's queueing, summed.
+type flowWait struct{ seconds, requests float64 }
 
 // apiRequests reads the API server's request counters from its /metrics,
 // as reads (GET, LIST, WATCH) and writes (POST, PUT, PATCH, DELETE,
-// APPLY).
-func apiRequests(ctx context.Context, cs *kubernetes.Clientset) (reads, writes float64, err error) {
+// APPLY), and its priority levels' queueing.
+func apiRequests(ctx context.Context, cs *kubernetes.Clientset) (reads, writes float64, waits map[string]flowWait, err error) {
 	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
+	waits = map[string]flowWait{}
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
+		if m := flowWaitLine.FindStringSubmatch(sc.Text()); m != nil {
+			level := levelLabel.FindStringSubmatch(m[2])
+			if level == nil {
+				continue
+			}
+			v, _ := strconv.ParseFloat(m[3], 64)
+			w := waits[level[1]]
+			if m[1] == "sum" {
+				w.seconds += v
+			} else {
+				w.requests += v
+			}
+			waits[level[1]] = w
+			continue
+		}
 		m := requestLine.FindStringSubmatch(sc.Text())
 		if m == nil {
 			continue
@@ -151,7 +177,7 @@ func apiRequests(ctx context.Context, cs *kubernetes.Clientset) (reads, writes f
 			writes += v
 		}
 	}
-	return reads, writes, sc.Err()
+	return reads, writes, waits, sc.Err()
 }
 
 // counters sums a metric family's counters or histogram counts by one
@@ -206,7 +232,7 @@ func (f *bench) take(ctx context.Context) (sample, error) {
 	if s.etcd, err = readProc(f.etcdPID); err != nil {
 		return s, err
 	}
-	if s.apiReads, s.apiWrites, err = apiRequests(ctx, f.clientset); err != nil {
+	if s.apiReads, s.apiWrites, s.flowWaits, err = apiRequests(ctx, f.clientset); err != nil {
 		return s, err
 	}
 	s.reconciles = counters("controller_runtime_reconcile_total", "controller", ctrlmetrics.Registry)

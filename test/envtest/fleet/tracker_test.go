@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -33,15 +34,29 @@ type tracker struct {
 	// missed heartbeat.
 	nodes  map[string]bool
 	missed int
+	// beats: heartbeat Lease name → when its last renewal was seen; gaps
+	// since the last resetGaps.
+	beats  map[string]time.Time
+	gaps   heartbeatGaps
 	cancel context.CancelFunc
+}
+
+// heartbeatGaps is how far apart the renewals of one chassis' heartbeat
+// Lease arrived, at worst, as a watch of them (the operator's, too) sees
+// them.
+type heartbeatGaps struct {
+	n       int
+	longest time.Duration
+	node    string
 }
 
 func key(o client.Object) string { return o.GetNamespace() + "/" + o.GetName() }
 
 func startTracker(ctx context.Context, env *harness.Env) (*tracker, error) {
 	t := &tracker{leases: map[string]leasingv1alpha1.MacNodeLeasePhase{}, boundAt: map[string]time.Time{},
-		boundTo: map[string]map[string]bool{}, runningAt: map[string]time.Time{}, nodes: map[string]bool{}}
-	c, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme, DefaultTransform: trackedFields})
+		boundTo: map[string]map[string]bool{}, runningAt: map[string]time.Time{}, nodes: map[string]bool{}, beats: map[string]time.Time{}}
+	c, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme, DefaultTransform: trackedFields,
+		ByObject: map[client.Object]cache.ByObject{&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{fleetv1alpha1.HeartbeatNamespace: {}}}}})
 	if err != nil {
 		return nil, err
 	}
@@ -57,6 +72,11 @@ func startTracker(ctx context.Context, env *harness.Env) (*tracker, error) {
 			t.mu.Unlock()
 		}},
 		{&computev1alpha1.MacOSInstance{}, t.instance, func(client.Object) {}},
+		{&coordinationv1.Lease{}, t.beat, func(o client.Object) {
+			t.mu.Lock()
+			delete(t.beats, o.GetName())
+			t.mu.Unlock()
+		}},
 		{&fleetv1alpha1.MacNode{}, t.node, func(o client.Object) {
 			t.mu.Lock()
 			delete(t.nodes, o.GetName())
@@ -106,6 +126,8 @@ func trackedFields(o any) (any, error) {
 			out.Status.Runtime = &computev1alpha1.RuntimeStatus{Phase: rt.Phase}
 		}
 		return out, nil
+	case *coordinationv1.Lease:
+		return &coordinationv1.Lease{ObjectMeta: meta(x)}, nil
 	case *fleetv1alpha1.MacNode:
 		out := &fleetv1alpha1.MacNode{ObjectMeta: meta(x), Status: fleetv1alpha1.MacNodeStatus{Phase: x.Status.Phase}}
 		for _, c := range x.Status.Conditions {
@@ -149,6 +171,32 @@ func (t *tracker) instance(o client.Object) {
 	if _, seen := t.runningAt[key(i)]; !seen {
 		t.runningAt[key(i)] = now
 	}
+}
+
+func (t *tracker) beat(o client.Object) {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if last, seen := t.beats[o.GetName()]; seen {
+		t.gaps.n++
+		if gap := now.Sub(last); gap > t.gaps.longest {
+			t.gaps.longest, t.gaps.node = gap, o.GetName()
+		}
+	}
+	t.beats[o.GetName()] = now
+}
+
+// resetGaps starts counting heartbeat gaps afresh; gapsSince returns them.
+func (t *tracker) resetGaps() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.gaps = heartbeatGaps{}
+}
+
+func (t *tracker) gapsSince() heartbeatGaps {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.gaps
 }
 
 func (t *tracker) node(o client.Object) {

@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/boualleiguie/macrack-operator/internal/admission"
-	"github.com/boualleiguie/macrack-operator/internal/policy"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 )
 
@@ -72,12 +71,9 @@ var _ = Describe("the admission policy applier, reading a cache that lags a newe
 		DeferCleanup(func() {
 			// The replicas' first spec proves that none applies a policy
 			// before it leads: leave nothing applied.
-			for _, ap := range aps {
-				for _, o := range []client.Object{ap.Policy, ap.Binding} {
-					Expect(client.IgnoreNotFound(admin.Delete(ctx, o.DeepCopyObject().(client.Object)))).To(Succeed())
-				}
+			for _, o := range policyObjects() {
+				Expect(client.IgnoreNotFound(admin.Delete(ctx, o.obj))).To(Succeed())
 			}
-			Expect(client.IgnoreNotFound(admin.Delete(ctx, policy.ParamsConfigMap(harness.OperatorNamespace, params)))).To(Succeed())
 		})
 
 		By("a newer bundle rewrites it, with a higher serial, after the applier's cache read it")

@@ -12,12 +12,14 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/admission"
 	"github.com/boualleiguie/macrack-operator/internal/audit"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
@@ -62,8 +64,9 @@ type policyObject struct {
 	obj client.Object
 }
 
-// policyObjects are the params ConfigMap and every ValidatingAdmissionPolicy
-// and binding the replicas apply, named as `kind/name`.
+// policyObjects are the params ConfigMap, every ValidatingAdmissionPolicy
+// and binding, and the heartbeat FlowSchema the replicas apply, named as
+// `kind/name`.
 func policyObjects() []policyObject {
 	GinkgoHelper()
 	aps, err := engine.AdmissionPolicies(params)
@@ -76,6 +79,8 @@ func policyObjects() []policyObject {
 			policyObject{"ValidatingAdmissionPolicy/" + ap.Policy.Name, &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: ap.Policy.ObjectMeta}},
 			policyObject{"ValidatingAdmissionPolicyBinding/" + ap.Binding.Name, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: ap.Binding.ObjectMeta}})
 	}
+	fs := admission.HeartbeatFlowSchema(params.AgentsNamespace)
+	objs = append(objs, policyObject{"FlowSchema/" + fs.Name, &flowcontrolv1.FlowSchema{ObjectMeta: fs.ObjectMeta}})
 	return objs
 }
 

@@ -1,0 +1,58 @@
+package admission
+
+import (
+	coordinationv1 "k8s.io/api/coordination/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+)
+
+// +kubebuilder:rbac:groups=flowcontrol.apiserver.k8s.io,resources=flowschemas,verbs=get;list;watch;create;update;patch
+
+// HeartbeatFlowSchemaName names the FlowSchema that gives the agents'
+// heartbeats the kubelets' priority level.
+const HeartbeatFlowSchemaName = "macrack-agent-heartbeats"
+
+// HeartbeatPriorityLevel is the API server's own priority level for the
+// kubelets' node heartbeats, one of its suggested configuration.
+const HeartbeatPriorityLevel = "node-high"
+
+// heartbeatPrecedence orders the FlowSchema before the API server's
+// suggested kube-system-service-accounts (900) and service-accounts
+// (9000), which would otherwise take an agent's requests, and after
+// system-nodes (500).
+const heartbeatPrecedence = 600
+
+// HeartbeatFlowSchema classifies the agents' heartbeat Lease requests into
+// the priority level of the kubelets' own. Without it they are
+// ServiceAccount requests, in workload-low with every agent's status
+// writes and reports: on an API server saturated by a burst of leases they
+// wait in its queues until the chassis misses its grace and is marked
+// NotReady while its agent runs. Only the Leases of kube-node-lease are
+// matched, so that nothing else an agent sends jumps the queue. The group
+// matches every ServiceAccount of the agents' namespace; what one that is
+// not an enrolled agent may do there RBAC refuses, after classification.
+func HeartbeatFlowSchema(agentsNamespace string) *flowcontrolv1.FlowSchema {
+	return &flowcontrolv1.FlowSchema{
+		TypeMeta: metav1.TypeMeta{APIVersion: flowcontrolv1.SchemeGroupVersion.String(), Kind: "FlowSchema"},
+		ObjectMeta: metav1.ObjectMeta{Name: HeartbeatFlowSchemaName,
+			Labels: map[string]string{partOf: "macrack"}},
+		Spec: flowcontrolv1.FlowSchemaSpec{
+			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: HeartbeatPriorityLevel},
+			MatchingPrecedence:         heartbeatPrecedence,
+			DistinguisherMethod:        &flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByUserType},
+			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
+				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindGroup,
+					Group: &flowcontrolv1.GroupSubject{Name: serviceaccount.MakeNamespaceGroupName(agentsNamespace)}}},
+				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{
+					Verbs:      []string{"get", "create", "update"},
+					APIGroups:  []string{coordinationv1.GroupName},
+					Resources:  []string{"leases"},
+					Namespaces: []string{fleetv1alpha1.HeartbeatNamespace},
+				}},
+			}},
+		},
+	}
+}

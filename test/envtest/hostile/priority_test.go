@@ -1,0 +1,136 @@
+package hostile
+
+import (
+	"net/http"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/boualleiguie/macrack-operator/internal/admission"
+	"github.com/boualleiguie/macrack-operator/internal/agent/host"
+	"github.com/boualleiguie/macrack-operator/internal/enroll"
+	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
+)
+
+// classified records the FlowSchema the API server's priority and fairness
+// filter put the last request in: it says so in a response header, even
+// on a request it then refuses.
+type classified struct {
+	mu         sync.Mutex
+	flowSchema types.UID
+	rt         http.RoundTripper
+}
+
+func (c *classified) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.rt.RoundTrip(req)
+	if err == nil {
+		c.mu.Lock()
+		c.flowSchema = types.UID(resp.Header.Get("X-Kubernetes-PF-FlowSchema-UID"))
+		c.mu.Unlock()
+	}
+	return resp, err
+}
+
+func (c *classified) last() types.UID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.flowSchema
+}
+
+// classifiedAs is a client of user in groups that records how its requests
+// were classified.
+func classifiedAs(user string, groups ...string) (client.Client, *classified) {
+	GinkgoHelper()
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: append([]string{"system:authenticated"}, groups...)}
+	rec := &classified{}
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { rec.rt = rt; return rec })
+	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	Expect(err).NotTo(HaveOccurred())
+	return c, rec
+}
+
+func serviceAccountClassified(name string) (client.Client, *classified) {
+	GinkgoHelper()
+	return classifiedAs("system:serviceaccount:"+agentsNamespace+":"+name,
+		"system:serviceaccounts", "system:serviceaccounts:"+agentsNamespace)
+}
+
+var _ = Describe("the agents' heartbeats", Ordered, ContinueOnFailure, func() {
+	const class = "m4-hostile-priority"
+	var (
+		e  enrolled
+		fs *flowcontrolv1.FlowSchema
+	)
+	flowSchema := func() (*flowcontrolv1.FlowSchema, error) {
+		got := &flowcontrolv1.FlowSchema{}
+		return got, admin.Get(ctx, client.ObjectKey{Name: admission.HeartbeatFlowSchemaName}, got)
+	}
+
+	BeforeAll(func() {
+		_, err := harness.CreateClass(ctx, admin, class, 2)
+		Expect(err).NotTo(HaveOccurred())
+		e = enrollChassis(class)
+		Eventually(func() error { var err error; fs, err = flowSchema(); return err }).Should(Succeed(), "the operator applied its FlowSchema")
+		pl := &flowcontrolv1.PriorityLevelConfiguration{}
+		Expect(admin.Get(ctx, client.ObjectKey{Name: fs.Spec.PriorityLevelConfiguration.Name}, pl)).To(Succeed(),
+			"the API server's suggested priority level %s exists", admission.HeartbeatPriorityLevel)
+	})
+
+	It("go to the kubelets' priority level; the agent's other writes and others' Leases do not", func() {
+		agent, rec := serviceAccountClassified(host.ServiceAccountName(e.node))
+		beat := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: e.node, Namespace: host.HeartbeatNamespace},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(e.node), RenewTime: ptr.To(metav1.NowMicro())}}
+		err := agent.Create(ctx, beat)
+		if apierrors.IsAlreadyExists(err) {
+			Expect(agent.Get(ctx, client.ObjectKeyFromObject(beat), beat)).To(Succeed())
+			Expect(rec.last()).To(Equal(fs.UID), "the heartbeat's read")
+			beat.Spec.RenewTime = ptr.To(metav1.NowMicro())
+			err = agent.Update(ctx, beat)
+		}
+		Expect(err).NotTo(HaveOccurred())
+		Expect(rec.last()).To(Equal(fs.UID), "the heartbeat's write")
+		beat.Spec.RenewTime = ptr.To(metav1.NowMicro())
+		Expect(agent.Update(ctx, beat)).To(Succeed())
+		Expect(rec.last()).To(Equal(fs.UID), "the next beat")
+
+		By("positive control: the same agent's facts report is an ordinary ServiceAccount request")
+		Expect(host.ReportFacts(ctx, agent, e.node, harness.GoodFacts())).To(Succeed())
+		Expect(rec.last()).NotTo(Or(BeEmpty(), Equal(fs.UID)))
+
+		By("a tenant's Lease, anywhere, is not")
+		tenant, err := env.NewTenant(ctx, "priority-tenant")
+		Expect(err).NotTo(HaveOccurred())
+		tc, trec := classifiedAs(tenant.User)
+		harness.ExpectRBACDenial(tc.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{GenerateName: "t-", Namespace: host.HeartbeatNamespace}}),
+			"create", "leases")
+		Expect(trec.last()).NotTo(Or(BeEmpty(), Equal(fs.UID)))
+
+		By("another ServiceAccount of the agents' namespace is classified as an agent, and RBAC refuses it")
+		stranger, srec := serviceAccountClassified("default")
+		harness.ExpectRBACDenial(stranger.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: enroll.NodeName(harness.NewSerial()), Namespace: host.HeartbeatNamespace}}),
+			"create", "leases")
+		Expect(srec.last()).To(Equal(fs.UID))
+	})
+
+	It("is restored by the operator within 10 s when deleted or edited", func() {
+		Expect(admin.Delete(ctx, fs)).To(Succeed())
+		Eventually(func() (types.UID, error) { got, err := flowSchema(); return got.UID, err }, 10*time.Second).
+			ShouldNot(Or(BeEmpty(), Equal(fs.UID)))
+		got, err := flowSchema()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(admin.Patch(ctx, got, mergePatch(map[string]any{"spec": map[string]any{"matchingPrecedence": 9999}}))).To(Succeed())
+		Eventually(func() (int32, error) { got, err := flowSchema(); return got.Spec.MatchingPrecedence, err }, 10*time.Second).
+			Should(Equal(admission.HeartbeatFlowSchema(agentsNamespace).Spec.MatchingPrecedence))
+	})
+})
