@@ -134,7 +134,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if err := (&node.Reconciler{
 		Client: c, Engine: o.Engine, Clock: o.Clock,
 		Recorder: mgr.GetEventRecorder("macrack-node"), Params: o.Params, Identity: identity,
-		Ticks: o.NodeTicks, HeartbeatGrace: o.HeartbeatGrace, Metrics: nodeMetrics,
+		Ticks: o.NodeTicks, HeartbeatGrace: o.HeartbeatGrace, APIReader: mgr.GetAPIReader(), Metrics: nodeMetrics,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		Denials:                 denials, JournalDropped: auditMetrics.DropJournal,
 	}).SetupWithManager(mgr); err != nil {

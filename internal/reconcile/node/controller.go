@@ -68,6 +68,9 @@ type Reconciler struct {
 	// the chassis and its Node are marked not ready: the heartbeat interval
 	// times the number of heartbeats that may be missed.
 	HeartbeatGrace time.Duration
+	// APIReader reads a heartbeat the cache shows too old once more from
+	// the API server; nil trusts the cache.
+	APIReader client.Reader
 	// MaxConcurrentReconciles bounds parallel reconciles, each of one
 	// chassis.
 	MaxConcurrentReconciles int
@@ -80,9 +83,6 @@ type Reconciler struct {
 	// for the audit stream; may be nil.
 	Denials *audit.Denials
 }
-
-// HeartbeatNamespace holds the agents' heartbeat Leases, as kubelets' do.
-const HeartbeatNamespace = "kube-node-lease"
 
 // conflictRetry is how soon a status write that lost an optimistic
 // concurrency race is retried, from a fresher read.
@@ -117,7 +117,7 @@ func macNodeOfNode(_ context.Context, obj client.Object) []reconcile.Request {
 // renewal then. A fleet's heartbeats so cost one reconcile per chassis per
 // grace, not one per beat.
 func (r *Reconciler) macNodeOfHeartbeat(ctx context.Context, obj client.Object) []reconcile.Request {
-	if obj.GetNamespace() != HeartbeatNamespace {
+	if obj.GetNamespace() != fleetv1alpha1.HeartbeatNamespace {
 		return nil
 	}
 	mn := &fleetv1alpha1.MacNode{}

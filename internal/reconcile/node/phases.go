@@ -132,10 +132,22 @@ func (r *Reconciler) assessCompliance(ctx context.Context, s *scope) error {
 }
 
 // assessHeartbeat reads the agent's heartbeat Lease. It returns when to
-// look again: when the heartbeat will have grown too old.
+// look again: when the heartbeat will have grown too old. A heartbeat the
+// cache shows too old is read again from the API server before the
+// chassis is called silent: under load the watch that fills the cache
+// lags the agent's renewals, and a lag is no missed heartbeat.
 func (r *Reconciler) assessHeartbeat(ctx context.Context, s *scope) (ctrl.Result, error) {
+	key := types.NamespacedName{Namespace: fleetv1alpha1.HeartbeatNamespace, Name: s.node.Name}
 	hb := &coordinationv1.Lease{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: HeartbeatNamespace, Name: s.node.Name}, hb)
+	err := r.Client.Get(ctx, key, hb)
+	if err == nil && r.APIReader != nil && heartbeatStale(hb, r.HeartbeatGrace, s.now.Time) {
+		live := &coordinationv1.Lease{}
+		if err := r.APIReader.Get(ctx, key, live); err != nil && !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("reading the heartbeat of %s from the API server: %w", s.node.Name, err)
+		} else if err == nil {
+			hb = live
+		}
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		s.agent, s.agentMessage = metav1.ConditionUnknown, "the host agent has not sent a heartbeat yet"
@@ -148,13 +160,19 @@ func (r *Reconciler) assessHeartbeat(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, nil
 	}
 	deadline := hb.Spec.RenewTime.Add(r.HeartbeatGrace)
-	if !s.now.Time.Before(deadline) {
+	if heartbeatStale(hb, r.HeartbeatGrace, s.now.Time) {
 		s.agent = metav1.ConditionFalse
 		s.agentMessage = fmt.Sprintf("no heartbeat since %s (more than %s)", hb.Spec.RenewTime.UTC().Format(time.RFC3339), r.HeartbeatGrace)
 		return ctrl.Result{}, nil
 	}
 	s.agent, s.agentMessage = metav1.ConditionTrue, "the host agent heartbeats"
 	return ctrl.Result{RequeueAfter: deadline.Sub(s.now.Time)}, nil
+}
+
+// heartbeatStale reports whether hb was last renewed grace or more before
+// now.
+func heartbeatStale(hb *coordinationv1.Lease, grace time.Duration, now time.Time) bool {
+	return hb.Spec.RenewTime != nil && grace > 0 && !now.Before(hb.Spec.RenewTime.Add(grace))
 }
 
 func lowestRequeue(a, b ctrl.Result) ctrl.Result {

@@ -57,7 +57,7 @@ func newLoop(t *testing.T, bound bool) *loop {
 
 func heartbeat(at time.Time) *coordinationv1.Lease {
 	now := metav1.NewMicroTime(at)
-	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: HeartbeatNamespace, Name: "c02a"},
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: fleetv1alpha1.HeartbeatNamespace, Name: "c02a"},
 		Spec: coordinationv1.LeaseSpec{RenewTime: &now}}
 }
 
@@ -65,7 +65,7 @@ func heartbeat(at time.Time) *coordinationv1.Lease {
 func (l *loop) beat() {
 	l.t.Helper()
 	hb := &coordinationv1.Lease{}
-	if err := l.c.Get(context.Background(), client.ObjectKey{Namespace: HeartbeatNamespace, Name: "c02a"}, hb); err != nil {
+	if err := l.c.Get(context.Background(), client.ObjectKey{Namespace: fleetv1alpha1.HeartbeatNamespace, Name: "c02a"}, hb); err != nil {
 		l.t.Fatal(err)
 	}
 	now := metav1.NewMicroTime(l.clock.Now())
