@@ -16,7 +16,7 @@ import (
 const HeartbeatFlowSchemaName = "macrack-agent-heartbeats"
 
 // HeartbeatPriorityLevel is the API server's own priority level for the
-// kubelets' node heartbeats, one of its suggested configuration.
+// kubelets' node heartbeats, one of its suggested configurations.
 const HeartbeatPriorityLevel = "node-high"
 
 // heartbeatPrecedence orders the FlowSchema before the API server's
@@ -27,13 +27,13 @@ const heartbeatPrecedence = 600
 
 // HeartbeatFlowSchema classifies the agents' heartbeat Lease requests into
 // the priority level of the kubelets' own. Without it they are
-// ServiceAccount requests, in workload-low with every agent's status
-// writes and reports: on an API server saturated by a burst of leases they
-// wait in its queues until the chassis misses its grace and is marked
-// NotReady while its agent runs. Only the Leases of kube-node-lease are
-// matched, so that nothing else an agent sends jumps the queue. The group
-// matches every ServiceAccount of the agents' namespace; what one that is
-// not an enrolled agent may do there RBAC refuses, after classification.
+// ServiceAccount requests, in workload-low behind every agent's status
+// writes and reports, which a burst of leases queues for seconds
+// (BENCHMARKS.md), so a beat arrives late. Only the Leases of
+// kube-node-lease are matched, so that nothing else an agent sends jumps
+// the queue. The group matches every ServiceAccount of the agents'
+// namespace; what one that is not an enrolled agent may do there RBAC
+// refuses, after classification.
 func HeartbeatFlowSchema(agentsNamespace string) *flowcontrolv1.FlowSchema {
 	return &flowcontrolv1.FlowSchema{
 		TypeMeta: metav1.TypeMeta{APIVersion: flowcontrolv1.SchemeGroupVersion.String(), Kind: "FlowSchema"},

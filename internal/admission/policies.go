@@ -41,11 +41,12 @@ const partOf = "app.kubernetes.io/part-of"
 
 // PolicyApplier applies the params ConfigMap, every
 // ValidatingAdmissionPolicy with its binding, and the agents' heartbeat
-// FlowSchema, with server-side apply, and keeps them: it watches them and applies again whatever is deleted or
-// edited. An OLM bundle cannot carry VAPs, so the operator installs the very
-// policies its engine compiled. It runs on the leader only, and never
-// replaces an object a newer bundle (a higher serial) wrote, so that two
-// replicas of a rolling upgrade don't fight.
+// FlowSchema, with server-side apply, and keeps them: it watches them and
+// applies again whatever is deleted or edited. An OLM bundle can carry
+// neither VAPs nor FlowSchemas, so the operator installs the very policies
+// its engine compiled. It runs on the leader only, and never replaces an
+// object a newer bundle (a higher serial) wrote, so that two replicas of a
+// rolling upgrade don't fight.
 type PolicyApplier struct {
 	Client    client.Client
 	Engine    *policy.Engine
