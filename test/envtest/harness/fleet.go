@@ -135,7 +135,13 @@ func (e *Env) ClientAsServiceAccount(namespace, name string) (client.Client, err
 
 // ClientAs returns a client that impersonates user, in groups.
 func (e *Env) ClientAs(user string, groups ...string) (client.Client, error) {
+	return client.New(e.ConfigAs(user, groups...), client.Options{Scheme: e.Scheme})
+}
+
+// ConfigAs returns a copy of the administrator's config that impersonates
+// user, authenticated, in groups.
+func (e *Env) ConfigAs(user string, groups ...string) *rest.Config {
 	cfg := rest.CopyConfig(e.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: append([]string{"system:authenticated"}, groups...)}
-	return client.New(cfg, client.Options{Scheme: e.Scheme})
+	return cfg
 }

@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -51,8 +50,7 @@ func (c *classified) last() types.UID {
 // were classified.
 func classifiedAs(user string, groups ...string) (client.Client, *classified) {
 	GinkgoHelper()
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: append([]string{"system:authenticated"}, groups...)}
+	cfg := env.ConfigAs(user, groups...)
 	rec := &classified{}
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { rec.rt = rt; return rec })
 	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
