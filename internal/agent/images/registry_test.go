@@ -575,6 +575,9 @@ func TestRegistryDownMidPullRetriesAndResumes(t *testing.T) {
 			t.Errorf("the registry was asked for chunk %d %d times", c.Index, got)
 		}
 	}
+	// The status settles just after the verified files land (Ready reads
+	// the files).
+	waitFor(t, "the status to say Ready", func() bool { return se.s.Puller.Progress("img").Phase == PhaseReady })
 	if p := se.s.Puller.Progress("img"); p.Phase != PhaseReady || p.Message != "" || p.BytesDone != p.BytesTotal {
 		t.Errorf("status once ready: %+v", p)
 	}
