@@ -1,0 +1,22 @@
+// Package jobloop is the guest agent's one-job loop for a GitLabRunner VM:
+// the VM takes exactly one GitLab CI job, runs it, reports it, and is then
+// destroyed, so no job ever sees another's leftovers.
+//
+// RunOne is the loop for the simulator and for tests: it polls
+// jobs/request until a job comes, runs the job's steps through an
+// Executor (SimExecutor interprets a tiny shell), streams the trace with
+// incremental PATCHes, and PUTs the final state. It speaks the same wire
+// protocol as gitlab-runner (package gitlab) and follows its rules: the
+// poll interval is check_interval's 3 s, a 416 resends from GitLab's
+// offset, a 202 on the final update is sent again after
+// X-GitLab-Trace-Update-Interval, and a job the VM is stopped under is
+// reported runner_system_failure, which a retry: when:
+// runner_system_failure then retries on another VM.
+//
+// RunProcess is the loop on a real Mac: gitlab-runner run-single
+// --max-builds 1 does the requesting, running and reporting itself, and
+// RunProcess only starts it with the token in its environment (never in
+// argv) and follows its log lines for the job's id and outcome.
+//
+// Neither ever logs or returns a token.
+package jobloop
