@@ -35,6 +35,7 @@ import (
 func main() {
 	var (
 		kubeconfig, serial, agentsNS, stateDir, driverName, helperPath, tokenFile string
+		guestKeyFile                                                              string
 		heartbeat, facts, tokenTTL, simRebootTime                                 time.Duration
 		simDisk, simBootArgs, simChip, cacheBudget, registryAuth                  string
 		pullConcurrency                                                           int
@@ -48,6 +49,7 @@ func main() {
 	fs.StringVar(&driverName, "driver", "sim", "The VM driver: sim, or vz on a Mac.")
 	fs.StringVar(&helperPath, "vm-helper", "", "The vm-helper binary; defaults to vm-helper beside this one.")
 	fs.StringVar(&tokenFile, "token-file", "", "Where the agent keeps its renewed token; defaults to <state-dir>/token.")
+	fs.StringVar(&guestKeyFile, "guest-key-file", "", "Where the agent keeps the chassis' guest key, which opens its instances' sealed guest configs; defaults to <state-dir>/guest-key.")
 	fs.DurationVar(&heartbeat, "heartbeat-interval", 10*time.Second, "How often the heartbeat Lease is renewed.")
 	fs.DurationVar(&facts, "facts-interval", 5*time.Minute, "How often the hardware facts are reported again.")
 	fs.DurationVar(&tokenTTL, "token-ttl", time.Hour, "The lifetime of each token the agent requests for itself.")
@@ -86,6 +88,9 @@ func main() {
 		}
 		if tokenFile == "" {
 			tokenFile = filepath.Join(stateDir, "token")
+		}
+		if guestKeyFile == "" {
+			guestKeyFile = host.DefaultGuestKeyPath(stateDir)
 		}
 		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 		if err != nil {
@@ -136,7 +141,7 @@ func main() {
 		}
 		ctx := ctrl.SetupSignalHandler()
 		err = agent.Run(ctx, cfg, agent.Config{
-			NodeName: node, AgentsNamespace: agentsNS, StateDir: stateDir, Launcher: launcher,
+			NodeName: node, AgentsNamespace: agentsNS, StateDir: stateDir, GuestKeyFile: guestKeyFile, Launcher: launcher,
 			BootID: plat.bootID, Rebooter: plat.rebooter, SimKernel: plat.simKernel,
 			Facts:             source,
 			HeartbeatInterval: heartbeat, FactsInterval: facts, TokenFile: tokenFile, TokenTTL: tokenTTL,

@@ -58,8 +58,12 @@ type Config struct {
 	AgentsNamespace string
 	// StateDir holds images, instance disks and helpers' sockets.
 	StateDir string
-	Facts    host.FactsSource
-	Launcher helper.Launcher
+	// GuestKeyFile holds the chassis' guest key, which opens the sealed
+	// guest configs of its instances; <StateDir>/guest-key if empty. Its
+	// public half is reported as status.reported.guestKey.
+	GuestKeyFile string
+	Facts        host.FactsSource
+	Launcher     helper.Launcher
 	// HeartbeatInterval is how often the heartbeat Lease is renewed.
 	HeartbeatInterval time.Duration
 	// FactsInterval is how often the facts are reported again.
@@ -148,6 +152,12 @@ func run(ctx context.Context, cfg *rest.Config, c Config, wg *sync.WaitGroup, re
 	if err != nil {
 		return fmt.Errorf("creating client: %w", err)
 	}
+	guestKey, err := host.LoadGuestKey(cmp.Or(c.GuestKeyFile, host.DefaultGuestKeyPath(c.StateDir)), c.Log)
+	if err != nil {
+		return err
+	}
+	// Published with the other facts, in the same write.
+	c.Facts = host.GuestKeyFacts{FactsSource: c.Facts, Key: guestKey.Public()}
 	if c.TokenFile != "" {
 		if c.TokenTTL < 10*time.Minute || c.TokenTTL > host.MaxTokenTTL {
 			return fmt.Errorf("%w: the token lifetime %s is not between 10m and %s, which agent.scope allows an agent", ErrConfig, c.TokenTTL, host.MaxTokenTTL)
@@ -193,6 +203,7 @@ func run(ctx context.Context, cfg *rest.Config, c Config, wg *sync.WaitGroup, re
 		NewMachineID: c.NewMachineID, APIReader: mgr.GetAPIReader(), Recorder: recorder,
 		Images: store, Log: c.Log.WithName("instances"),
 		BootID: c.BootID, Rebooter: c.Rebooter, Rebooted: rebooted, SimKernel: c.SimKernel,
+		GuestKey: guestKey,
 	}
 	// Before the first facts report: a Stuck of this boot must stand.
 	if err := inst.LoadQuota(ctx); err != nil {

@@ -2,6 +2,7 @@ package guest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -114,6 +115,47 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// Configure hands the guest its configuration, raw, the plaintext of the
+// instance's sealed guest config, shaking hands first if needed, and
+// returns once the guest's Workload took it. A guest that is older than
+// 1.2 is not sent it (ErrConfigureUnsupported): it would close the
+// connection on the unknown frame. One that refuses it answers an Error
+// wrapping ErrRemote, and the connection stays usable. raw holds secrets:
+// no error quotes it, and the caller clears it after.
+func (c *Client) Configure(ctx context.Context, raw []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ack, err := c.handshake(ctx)
+	if err != nil {
+		return err
+	}
+	if !KnowsConfigure(ack.ProtocolVersion) {
+		return fmt.Errorf("%w: guest agent %q speaks protocol %s", ErrConfigureUnsupported, ack.AgentVersion, ack.ProtocolVersion)
+	}
+	if !json.Valid(raw) {
+		// Checked here so that the encoder's error, which may quote a
+		// byte of raw, never surfaces.
+		return fmt.Errorf("%w: the config to send is not JSON", ErrInvalidConfig)
+	}
+	m, err := c.roundTrip(ctx, Configure{Config: raw})
+	if err != nil {
+		return fmt.Errorf("configuring the guest: %w", err)
+	}
+	switch m := m.(type) {
+	case ConfigureAck:
+		return nil
+	case Error:
+		err := remoteError(m)
+		if m.Code != CodeConfigureFailed {
+			c.fail(err)
+		}
+		return fmt.Errorf("configuring the guest: %w", err)
+	}
+	err = fmt.Errorf("%w: guest answered a Configure with %s", ErrUnexpectedMessage, m.Type())
+	c.fail(err)
+	return err
+}
+
 // Close closes the connection, interrupting a call in flight. That call
 // and later ones return ErrClosed.
 func (c *Client) Close() error {
@@ -208,7 +250,15 @@ func (c *Client) roundTrip(ctx context.Context, req Message) (Message, error) {
 }
 
 func (c *Client) exchange(req Message) (Message, error) {
-	if err := WriteMessage(c.conn, req); err != nil {
+	f, err := Encode(req)
+	if err != nil {
+		return nil, err
+	}
+	if f.Type == TypeConfigure {
+		// Its payload holds secrets: leave no copy of them about.
+		defer clear(f.Payload)
+	}
+	if err := WriteFrame(c.conn, f); err != nil {
 		return nil, err
 	}
 	m, err := ReadMessage(c.conn)

@@ -9,15 +9,36 @@
 //	host → guest  ReportRequest{}
 //	guest → host  Report{...}                              or Error
 //	(ReportRequest/Report repeat until either side closes)
+//	host → guest  Configure{config}                        (since 1.2)
+//	guest → host  ConfigureAck{}                           or Error
 //	host → guest  ShutdownRequest{}                        (since 1.1)
 //	guest → host  ShutdownAck{}, then the guest shuts down  or Error
+//
+// Configure hands the guest the plaintext of its instance's sealed
+// spec.guestConfig, a Config in JSON (a CI runner's URL and token), which
+// the host agent opened with its chassis' guest key (package sealing). The
+// guest's Workload takes it and runs its one job; every Report then says
+// configured, and the job's state. A guest that restarts says configured
+// false again, and the host configures it again. The same Config twice is
+// no change; a different one is refused with CodeConfigureFailed, as is any
+// Configure to a guest that runs no workloads; the connection goes on. A
+// Config holds secrets: it is never logged on either side, and prints
+// redacted. Before a ShutdownRequest's shutdown, the guest stops its
+// Workload, so that a job that runs is reported failed before the VM
+// powers off.
+//
+// A host checks the guest's version in its HelloAck before it sends what
+// the guest may not know: a ShutdownRequest to a 1.1 guest or later, a
+// Configure to a 1.2 guest or later. An older guest would close the
+// connection on the unknown frame. What a newer guest adds to a Report an
+// older host ignores.
 //
 // Every message is one frame: a 9-byte header then a JSON object.
 //
 //	offset size  field
 //	0      3     magic "MRG"
 //	3      1     frame format version (FrameVersion, 1)
-//	4      1     message type (TypeHello … TypeError)
+//	4      1     message type (TypeHello … TypeConfigureAck)
 //	5      4     payload length, big-endian, 1 … MaxPayloadSize
 //	9      n     payload: one UTF-8 JSON object
 //

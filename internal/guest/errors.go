@@ -36,3 +36,17 @@ var (
 	// names no stage.
 	ErrBadTransition = errors.New("bad boot stage transition")
 )
+
+// Sentinel errors of protocol 1.2's configuration.
+var (
+	// ErrConfigureUnsupported means a guest agent of a protocol before 1.2,
+	// which cannot be configured.
+	ErrConfigureUnsupported = errors.New("guest agent cannot be configured")
+	// ErrInvalidConfig means a Config that does not decode or validate.
+	ErrInvalidConfig = errors.New("invalid guest config")
+	// ErrAlreadyConfigured means a Configure with another Config than the
+	// one the guest took: one VM, one job.
+	ErrAlreadyConfigured = errors.New("guest already configured")
+	// ErrNoWorkload means a guest agent that runs no workloads.
+	ErrNoWorkload = errors.New("this guest runs no workloads")
+)

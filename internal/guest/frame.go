@@ -14,8 +14,9 @@ const (
 	FrameVersion byte = 1
 	// HeaderSize is the fixed size of a frame header.
 	HeaderSize = 9
-	// MaxPayloadSize bounds a payload. A Report is well under 4 KiB; the
-	// bound keeps a broken or hostile peer from making us allocate.
+	// MaxPayloadSize bounds a payload. A Report is well under 4 KiB, and a
+	// Configure carries at most the 16 KiB a seal holds; the bound keeps a
+	// broken or hostile peer from making us allocate.
 	MaxPayloadSize = 64 << 10
 )
 
@@ -35,6 +36,9 @@ const (
 	// Since protocol 1.1.
 	TypeShutdownRequest MessageType = 6
 	TypeShutdownAck     MessageType = 7
+	// Since protocol 1.2.
+	TypeConfigure    MessageType = 8
+	TypeConfigureAck MessageType = 9
 )
 
 // String names t for logs and errors.
@@ -54,13 +58,17 @@ func (t MessageType) String() string {
 		return "ShutdownRequest"
 	case TypeShutdownAck:
 		return "ShutdownAck"
+	case TypeConfigure:
+		return "Configure"
+	case TypeConfigureAck:
+		return "ConfigureAck"
 	}
 	return fmt.Sprintf("MessageType(%d)", byte(t))
 }
 
 // known reports whether t is a message type of this protocol.
 func (t MessageType) known() bool {
-	return t >= TypeHello && t <= TypeShutdownAck
+	return t >= TypeHello && t <= TypeConfigureAck
 }
 
 // Frame is one decoded frame: a known type and a payload that is a JSON
@@ -136,6 +144,10 @@ func WriteFrame(w io.Writer, f Frame) error {
 	buf[4] = byte(f.Type)
 	binary.BigEndian.PutUint32(buf[5:9], uint32(len(f.Payload)))
 	copy(buf[HeaderSize:], f.Payload)
+	if f.Type == TypeConfigure {
+		// Its payload holds secrets: leave no copy of them about.
+		defer clear(buf)
+	}
 	if _, err := w.Write(buf); err != nil {
 		return fmt.Errorf("writing %s frame: %w", f.Type, err)
 	}

@@ -3,6 +3,7 @@ package guest
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"io"
 	"reflect"
@@ -36,6 +37,12 @@ func TestEveryMessageSurvivesAWriteAndARead(t *testing.T) {
 		{"an Error carries its code and message", Error{Code: CodeMalformed, Message: "bad frame magic"}},
 		{"a ShutdownRequest is an empty object", ShutdownRequest{}},
 		{"a ShutdownAck is an empty object", ShutdownAck{}},
+		{"a Configure carries its config as it is", Configure{Config: json.RawMessage(`{"version":1,"runner":{"url":"https://gitlab.example.com","token":"glrt-x"}}`)}},
+		{"a ConfigureAck is an empty object", ConfigureAck{}},
+		{"a Report carries whether the guest is configured, and its job", Report{BootStage: "ready", XcodeVersions: []string{"16.2"}, Time: at,
+			Configured: true, Job: &JobReport{Phase: JobFailed, ID: 4242, StartedAt: &at, FinishedAt: &at, QueuedSeconds: ptrTo(int64(7)),
+				FailureReason: "script_failure", ExitCode: ptrTo(int32(2))}}},
+		{"a Report of a job that waits carries only its phase", Report{BootStage: "ready", XcodeVersions: []string{}, Time: at, Configured: true, Job: &JobReport{Phase: JobWaiting}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
@@ -70,7 +77,7 @@ func TestReadFrameRefusesEachKindOfBadFrame(t *testing.T) {
 		{"an HTTP request is refused as bad magic", []byte("GET / HTTP/1.1\r\n\r\n"), ErrBadMagic, "magic"},
 		{"a frame format version 2 is refused", rawFrame("MRG\x02", 1, 2, "{}"), ErrUnsupportedVersion, "frame format version 2"},
 		{"message type 0 is refused", rawFrame("MRG\x01", 0, 2, "{}"), ErrUnknownType, "0"},
-		{"message type 8 is refused", rawFrame("MRG\x01", 8, 2, "{}"), ErrUnknownType, "8"},
+		{"message type 10, after ConfigureAck, is refused", rawFrame("MRG\x01", 10, 2, "{}"), ErrUnknownType, "10"},
 		{"a length over the limit is refused", rawFrame("MRG\x01", 4, MaxPayloadSize+1, ""), ErrFrameTooLarge, "65537"},
 		{"the largest length is refused", rawFrame("MRG\x01", 4, 0xFFFFFFFF, ""), ErrFrameTooLarge, "4294967295"},
 		{"an empty payload is refused", rawFrame("MRG\x01", 3, 0, ""), ErrMalformed, "empty"},
@@ -128,6 +135,40 @@ func TestDecodeRefusesAPayloadThatIsNotItsMessage(t *testing.T) {
 	}
 }
 
+func TestTheFramesOfProtocol12DecodeAndRefuseWhatIsNotTheirs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    Frame
+		ok   bool
+	}{
+		{"a Configure whose config is an object decodes", Frame{Type: TypeConfigure, Payload: []byte(`{"config":{"version":1}}`)}, true},
+		{"a Configure with no config decodes, for the guest to refuse", Frame{Type: TypeConfigure, Payload: []byte(`{}`)}, true},
+		{"a ConfigureAck with fields of a later minor decodes", Frame{Type: TypeConfigureAck, Payload: []byte(`{"addedInMinor9":1}`)}, true},
+		{"a 1.1 Report, with neither configured nor job, decodes", Frame{Type: TypeReport, Payload: []byte(`{"bootStage":"ready","time":"2026-06-02T13:00:00Z"}`)}, true},
+		{"a Report whose configured is a string is malformed", Frame{Type: TypeReport, Payload: []byte(`{"configured":"yes"}`)}, false},
+		{"a Report whose job is an array is malformed", Frame{Type: TypeReport, Payload: []byte(`{"job":[]}`)}, false},
+		{"a Report whose job started at no time is malformed", Frame{Type: TypeReport, Payload: []byte(`{"job":{"phase":"Running","startedAt":"soon"}}`)}, false},
+		{"a Report whose job's exit code is over 32 bits is malformed", Frame{Type: TypeReport, Payload: []byte(`{"job":{"phase":"Failed","exitCode":4294967296}}`)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.f.Decode()
+			if tc.ok != (err == nil) {
+				t.Fatalf("got %v, want ok=%v", err, tc.ok)
+			}
+			if err != nil && !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+		})
+	}
+	for _, mt := range []MessageType{TypeConfigure, TypeConfigureAck} {
+		if !mt.known() || strings.HasPrefix(mt.String(), "MessageType(") {
+			t.Errorf("type %d is not a known, named type: %s", byte(mt), mt)
+		}
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
 // headerOnly serves one header and fails the test if read any further.
 type headerOnly struct {
 	t      *testing.T
@@ -166,7 +207,7 @@ func TestWriteFrameRefusesWhatReadFrameWould(t *testing.T) {
 		want error
 	}{
 		{"a payload over the limit", Frame{Type: TypeError, Payload: big}, ErrFrameTooLarge},
-		{"an unknown type", Frame{Type: 9, Payload: []byte("{}")}, ErrUnknownType},
+		{"an unknown type", Frame{Type: 10, Payload: []byte("{}")}, ErrUnknownType},
 		{"an empty payload", Frame{Type: TypeReportRequest}, ErrMalformed},
 		{"a payload that is not an object", Frame{Type: TypeHello, Payload: []byte(`"1.0"`)}, ErrMalformed},
 	} {
@@ -220,6 +261,13 @@ func FuzzReadFrame(f *testing.F) {
 		ReportRequest{},
 		Report{BootStage: "ready", XcodeVersions: []string{"16.2"}, DiskHeadroomBytes: 1 << 35, ReadyForWork: true, Time: time.Unix(1780000000, 0).UTC()},
 		Error{Code: CodeReportFailed, Message: "statfs /: permission denied"},
+		ShutdownRequest{},
+		ShutdownAck{},
+		Configure{Config: json.RawMessage(`{"version":1,"runner":{"url":"https://gitlab.example.com","token":"glrt-fuzz","tags":["macos"],"maxJobDuration":"1h"}}`)},
+		ConfigureAck{},
+		Error{Code: CodeConfigureFailed, Message: "this guest runs no workloads"},
+		Report{BootStage: "ready", Time: time.Unix(1780000000, 0).UTC(), Configured: true,
+			Job: &JobReport{Phase: JobRunning, ID: 99, QueuedSeconds: ptrTo(int64(3))}},
 	} {
 		var buf bytes.Buffer
 		if err := WriteMessage(&buf, m); err != nil {
@@ -237,6 +285,10 @@ func FuzzReadFrame(f *testing.F) {
 	f.Add(rawFrame("MRG\x01", 4, 8, `{"time":`))
 	f.Add(rawFrame("MRG\x01", 4, 15, `{"time":"now"}`))
 	f.Add(rawFrame("MRG\x01", 1, 2, "[]"))
+	f.Add(rawFrame("MRG\x01", 8, 13, `{"config":[]}`))
+	f.Add(rawFrame("MRG\x01", 8, 12, `{"config":1`))
+	f.Add(rawFrame("MRG\x01", 4, 23, `{"job":{"phase":"Gone"}}`))
+	f.Add(rawFrame("MRG\x01", 10, 2, "{}"))
 
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fr, err := ReadFrame(bytes.NewReader(data))

@@ -12,14 +12,19 @@ import (
 // ProtocolVersion is the "major.minor" version this package speaks. A minor
 // bump only adds optional fields or requests an older peer need not know;
 // a major bump changes meaning, and peers of different majors refuse each
-// other. 1.1 adds ShutdownRequest and ShutdownAck.
-const ProtocolVersion = "1.1"
+// other. 1.1 adds ShutdownRequest and ShutdownAck; 1.2 adds Configure and
+// ConfigureAck, and a Report's configured and job.
+const ProtocolVersion = "1.2"
 
-// shutdownMinor is the first minor version of major 1 with ShutdownRequest.
-const shutdownMinor = 1
+// The first minor version of major 1 with each addition.
+const (
+	shutdownMinor  = 1
+	configureMinor = 2
+)
 
 // Message is one of the protocol's messages: Hello, HelloAck,
-// ReportRequest, Report, ShutdownRequest, ShutdownAck or Error.
+// ReportRequest, Report, ShutdownRequest, ShutdownAck, Configure,
+// ConfigureAck or Error.
 type Message interface {
 	// Type is the frame type that carries the message.
 	Type() MessageType
@@ -54,6 +59,58 @@ type Report struct {
 	ReadyForWork bool `json:"readyForWork"`
 	// Time is when the guest took the report, by its own clock.
 	Time time.Time `json:"time"`
+	// Configured is true once the guest's Workload took its Config; a
+	// guest that restarted (its VM rebooted) says false again, and the host
+	// configures it again. Since 1.2; absent from older guests.
+	Configured bool `json:"configured,omitempty"`
+	// Job is the guest's one job, once it was configured. Since 1.2.
+	Job *JobReport `json:"job,omitempty"`
+}
+
+// JobPhase is where a guest's one job stands. The values are the
+// MacOSInstance API's (status.runtime.job.phase), which the host copies.
+type JobPhase string
+
+// The job phases.
+const (
+	// JobWaiting: configured, asking the CI system for a job.
+	JobWaiting JobPhase = "Waiting"
+	// JobRunning: a job was taken and runs.
+	JobRunning JobPhase = "Running"
+	// JobSucceeded and JobFailed: the job ended, and the guest takes no other.
+	JobSucceeded JobPhase = "Succeeded"
+	JobFailed    JobPhase = "Failed"
+)
+
+// Known reports whether p is one of the job phases.
+func (p JobPhase) Known() bool {
+	switch p {
+	case JobWaiting, JobRunning, JobSucceeded, JobFailed:
+		return true
+	}
+	return false
+}
+
+// Ended reports whether p is a phase a job does not leave.
+func (p JobPhase) Ended() bool { return p == JobSucceeded || p == JobFailed }
+
+// JobReport is the guest's word on its one job. Since 1.2.
+type JobReport struct {
+	Phase JobPhase `json:"phase"`
+	// ID is the CI system's job id, once a job was taken.
+	ID int64 `json:"id,omitempty"`
+	// StartedAt is when the guest took the job, by its clock.
+	StartedAt *time.Time `json:"startedAt,omitempty"`
+	// FinishedAt is when the job ended, by its clock.
+	FinishedAt *time.Time `json:"finishedAt,omitempty"`
+	// QueuedSeconds is how long the job waited in the CI system's queue
+	// before this guest took it, as the CI system says.
+	QueuedSeconds *int64 `json:"queuedSeconds,omitempty"`
+	// FailureReason is the CI system's reason for a failed job, such as
+	// script_failure or runner_system_failure.
+	FailureReason string `json:"failureReason,omitempty"`
+	// ExitCode is the job script's exit code, when it ran to an end.
+	ExitCode *int32 `json:"exitCode,omitempty"`
 }
 
 // ShutdownRequest asks the guest to shut macOS down, host to guest: the
@@ -63,6 +120,18 @@ type ShutdownRequest struct{}
 // ShutdownAck says the guest began to shut down, guest to host; the
 // connection then ends with the guest. Since 1.1.
 type ShutdownAck struct{}
+
+// Configure hands the guest its configuration, host to guest: the opened
+// plaintext of the instance's sealed spec.guestConfig, a Config in JSON,
+// forwarded as it is. It holds secrets (a CI runner's token), so it prints
+// redacted. Since 1.2.
+type Configure struct {
+	Config json.RawMessage `json:"config"`
+}
+
+// ConfigureAck says the guest's Workload took the Config, guest to host.
+// Since 1.2.
+type ConfigureAck struct{}
 
 // Error codes: why a peer sent an Error.
 const (
@@ -79,10 +148,15 @@ const (
 	// on (it has no way to shut down, or the command failed); the
 	// connection stays open.
 	CodeShutdownFailed = "shutdown-failed"
+	// CodeConfigureFailed answers a Configure the guest did not take: an
+	// invalid Config, a guest that runs no workloads, or one configured
+	// with another Config already; the connection stays open.
+	CodeConfigureFailed = "configure-failed"
 )
 
 // Error reports a failure to the peer, either way. After any code but
-// CodeReportFailed and CodeShutdownFailed the sender closes the connection.
+// CodeReportFailed, CodeShutdownFailed and CodeConfigureFailed the sender
+// closes the connection.
 type Error struct {
 	Code    string `json:"code,omitempty"`
 	Message string `json:"message"`
@@ -108,6 +182,12 @@ func (ShutdownRequest) Type() MessageType { return TypeShutdownRequest }
 
 // Type implements Message.
 func (ShutdownAck) Type() MessageType { return TypeShutdownAck }
+
+// Type implements Message.
+func (Configure) Type() MessageType { return TypeConfigure }
+
+// Type implements Message.
+func (ConfigureAck) Type() MessageType { return TypeConfigureAck }
 
 // Encode marshals m into a frame, refusing one over MaxPayloadSize.
 func Encode(m Message) (Frame, error) {
@@ -147,6 +227,10 @@ func (f Frame) Decode() (Message, error) {
 		m, err = unmarshal[ShutdownRequest](f.Payload)
 	case TypeShutdownAck:
 		m, err = unmarshal[ShutdownAck](f.Payload)
+	case TypeConfigure:
+		m, err = unmarshal[Configure](f.Payload)
+	case TypeConfigureAck:
+		m, err = unmarshal[ConfigureAck](f.Payload)
 	default:
 		return nil, fmt.Errorf("%w: %d", ErrUnknownType, byte(f.Type))
 	}
@@ -200,9 +284,17 @@ func ParseVersion(v string) (major, minor int, err error) {
 
 // knowsShutdown reports whether a peer of version v understands a
 // ShutdownRequest.
-func knowsShutdown(v string) bool {
-	major, minor, err := ParseVersion(v)
-	return err == nil && (major > 1 || (major == 1 && minor >= shutdownMinor))
+func knowsShutdown(v string) bool { return atLeast(v, shutdownMinor) }
+
+// KnowsConfigure reports whether a guest agent of protocol version v (its
+// HelloAck's) understands a Configure: one older would close the
+// connection on the unknown frame.
+func KnowsConfigure(v string) bool { return atLeast(v, configureMinor) }
+
+// atLeast reports whether v is 1.minor or later.
+func atLeast(v string, minor int) bool {
+	major, m, err := ParseVersion(v)
+	return err == nil && (major > 1 || (major == 1 && m >= minor))
 }
 
 // compatible checks that peer speaks the same protocol major as we do,

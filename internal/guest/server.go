@@ -24,6 +24,13 @@ const (
 	DefaultIdleTimeout   = 2 * time.Minute
 	DefaultWriteTimeout  = 10 * time.Second
 	DefaultReportTimeout = 10 * time.Second
+	// DefaultConfigureTimeout bounds a Workload's Configure, which only
+	// takes the Config and starts the workload.
+	DefaultConfigureTimeout = 10 * time.Second
+	// DefaultStopTimeout bounds a Workload's Stop before a shutdown. The
+	// host waits 5s for the shutdown's acknowledgement (its
+	// guestShutdownTimeout), which comes after Stop: 3s leaves it room.
+	DefaultStopTimeout = 3 * time.Second
 )
 
 // Accept retry backoff bounds.
@@ -53,6 +60,15 @@ type ServerOptions struct {
 	// gets the connection's context. Without it, a ShutdownRequest is
 	// answered with CodeShutdownFailed.
 	Shutdown func(ctx context.Context) error
+	// Workload, if set, is what the guest runs once configured: it takes a
+	// Configure, adds its Status to every Report, and is stopped before a
+	// ShutdownRequest's Shutdown. Without it, a Configure is answered with
+	// CodeConfigureFailed.
+	Workload Workload
+	// ConfigureTimeout bounds each Workload.Configure call.
+	ConfigureTimeout time.Duration
+	// StopTimeout bounds Workload.Stop before a shutdown.
+	StopTimeout time.Duration
 }
 
 // Server is the guest side: it answers the host's handshake, report and
@@ -76,6 +92,12 @@ func NewServer(reporter Reporter, log logr.Logger, opts ServerOptions) *Server {
 	}
 	if opts.ReportTimeout <= 0 {
 		opts.ReportTimeout = DefaultReportTimeout
+	}
+	if opts.ConfigureTimeout <= 0 {
+		opts.ConfigureTimeout = DefaultConfigureTimeout
+	}
+	if opts.StopTimeout <= 0 {
+		opts.StopTimeout = DefaultStopTimeout
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -125,9 +147,10 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 }
 
 // ServeConn serves one connection until it ends or ctx does, then closes
-// it: handshake, then one Report per ReportRequest, and a ShutdownAck to a
-// ShutdownRequest, after which the connection ends. Any fault closes this
-// connection only. ctx is also what the Reporter and Shutdown are given.
+// it: handshake, then one Report per ReportRequest, a ConfigureAck or an
+// Error to a Configure, and a ShutdownAck to a ShutdownRequest, after which
+// the connection ends. Any fault closes this connection only. ctx is also
+// what the Reporter, the Workload and Shutdown are given.
 func (s *Server) ServeConn(ctx context.Context, conn net.Conn) {
 	log := s.log.WithValues("remoteAddr", conn.RemoteAddr().String())
 	defer conn.Close()
@@ -152,7 +175,8 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) {
 			s.readFailed(ctx, log, conn, err)
 			return
 		}
-		if _, ok := req.(ShutdownRequest); ok {
+		switch req := req.(type) {
+		case ShutdownRequest:
 			done, err := s.answerShutdown(ctx, log, conn)
 			if err != nil {
 				s.writeFailed(ctx, log, err)
@@ -161,11 +185,16 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) {
 			if done {
 				return
 			}
-			continue
-		}
-		if err := s.answerReport(ctx, log, conn); err != nil {
-			s.writeFailed(ctx, log, err)
-			return
+		case Configure:
+			if err := s.answerConfigure(ctx, log, conn, req); err != nil {
+				s.writeFailed(ctx, log, err)
+				return
+			}
+		default:
+			if err := s.answerReport(ctx, log, conn); err != nil {
+				s.writeFailed(ctx, log, err)
+				return
+			}
 		}
 	}
 }
@@ -190,17 +219,25 @@ func (s *Server) readHello(conn net.Conn) (Hello, error) {
 }
 
 // readRequest waits up to the idle timeout for the next request: a
-// ReportRequest or a ShutdownRequest.
+// ReportRequest, a Configure or a ShutdownRequest.
 func (s *Server) readRequest(conn net.Conn) (Message, error) {
 	if err := conn.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout)); err != nil {
 		return nil, fmt.Errorf("setting the idle deadline: %w", err)
 	}
-	m, err := ReadMessage(conn)
+	f, err := ReadFrame(conn)
+	if err != nil {
+		return nil, err
+	}
+	m, err := f.Decode()
+	if f.Type == TypeConfigure {
+		// The decoded Configure holds its own copy; this one holds secrets.
+		clear(f.Payload)
+	}
 	if err != nil {
 		return nil, err
 	}
 	switch m.(type) {
-	case ReportRequest, ShutdownRequest:
+	case ReportRequest, ShutdownRequest, Configure:
 		return m, nil
 	}
 	return nil, fmt.Errorf("%w: %s after the handshake", ErrUnexpectedMessage, m.Type())
@@ -213,6 +250,17 @@ func (s *Server) answerShutdown(ctx context.Context, log logr.Logger, conn net.C
 	if s.opts.Shutdown == nil {
 		return false, s.write(conn, errorMessage(CodeShutdownFailed, errors.New("this guest agent cannot shut the guest down")))
 	}
+	if w := s.opts.Workload; w != nil {
+		// First, so that a job that runs is reported failed by the guest
+		// itself, rather than left running in the CI system's eyes when the
+		// VM powers off; bounded, so the shutdown goes ahead regardless.
+		sctx, cancel := context.WithTimeout(ctx, s.opts.StopTimeout)
+		err := w.Stop(sctx)
+		cancel()
+		if err != nil {
+			log.Error(err, "Stopping the workload before the shutdown failed; shutting down all the same")
+		}
+	}
 	if err := s.opts.Shutdown(ctx); err != nil {
 		log.Error(err, "Shutting the guest down failed")
 		return false, s.write(conn, errorMessage(CodeShutdownFailed, err))
@@ -221,12 +269,48 @@ func (s *Server) answerShutdown(ctx context.Context, log logr.Logger, conn net.C
 	return true, s.write(conn, ShutdownAck{})
 }
 
-// answerReport calls the Reporter and writes its Report, or an Error with
-// CodeReportFailed that keeps the connection open.
+// answerConfigure hands the Config to the Workload and acknowledges it, or
+// answers CodeConfigureFailed; the connection goes on either way. The
+// Config is never logged: it holds secrets.
+func (s *Server) answerConfigure(ctx context.Context, log logr.Logger, conn net.Conn, req Configure) error {
+	err := s.configure(ctx, req.Config)
+	// Best effort: the decoded Config's strings live on in the Workload.
+	clear(req.Config)
+	if err != nil {
+		log.Error(err, "Configuring the guest failed")
+		return s.write(conn, errorMessage(CodeConfigureFailed, err))
+	}
+	log.Info("Configured the guest, as the host asked")
+	return s.write(conn, ConfigureAck{})
+}
+
+func (s *Server) configure(ctx context.Context, raw []byte) error {
+	if s.opts.Workload == nil {
+		return ErrNoWorkload
+	}
+	c, err := ParseConfig(raw)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.opts.ConfigureTimeout)
+	defer cancel()
+	if err := s.opts.Workload.Configure(cctx, c); err != nil {
+		return fmt.Errorf("the workload refused its config: %w", err)
+	}
+	return nil
+}
+
+// answerReport calls the Reporter and writes its Report, with the
+// Workload's status, or an Error with CodeReportFailed that keeps the
+// connection open.
 func (s *Server) answerReport(ctx context.Context, log logr.Logger, conn net.Conn) error {
 	rctx, cancel := context.WithTimeout(ctx, s.opts.ReportTimeout)
 	defer cancel()
 	r, err := s.reporter.Report(rctx)
+	if err == nil && s.opts.Workload != nil {
+		// The workload's word, not the Reporter's: one place knows it.
+		r.Configured, r.Job = s.opts.Workload.Status()
+	}
 	if err == nil {
 		// Encoding first turns a Report we cannot send into an Error the
 		// host can read, rather than a dropped connection.

@@ -32,6 +32,8 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/agent/instances"
 	"github.com/boualleiguie/macrack-operator/internal/agent/simguest"
 	"github.com/boualleiguie/macrack-operator/internal/enroll"
+	"github.com/boualleiguie/macrack-operator/internal/guest"
+	"github.com/boualleiguie/macrack-operator/internal/guest/jobloop"
 )
 
 // BootstrapKubeconfig is the file in a host's state directory that holds
@@ -42,8 +44,8 @@ const BootstrapKubeconfig = "bootstrap.kubeconfig"
 type Host struct {
 	// Serial is the chassis' serial as Apple prints it.
 	Serial string
-	// StateDir holds its bootstrap kubeconfig, its token, golden cache,
-	// instance disks and helper sockets.
+	// StateDir holds its bootstrap kubeconfig, its token, its guest key,
+	// golden cache, instance disks and helper sockets.
 	StateDir string
 }
 
@@ -127,7 +129,9 @@ func newMini(h Host, o Options) (*mini, error) {
 	drv := sim.New(kernel, sim.WithClock(o.Clock), sim.WithLogger(log.WithName("vm")),
 		sim.WithGuestHandler(simguest.Handler(context.Background(), simguest.Reporter{
 			XcodeVersions: []string{"16.4"}, HeadroomBytes: 50 << 30, Clock: o.Clock,
-		}, log.WithName("guest"))))
+		}, log.WithName("guest"), simguest.WithWorkload(func(vmCtx context.Context) guest.Workload {
+			return jobloop.NewSimWorkload(vmCtx, o.Clock, 0, log.WithName("job"))
+		}))))
 	launcher, err := helper.NewInProcessLauncher(filepath.Join(h.StateDir, "run"), drv,
 		helper.WithLauncherLogger(log.WithName("helpers")), helper.WithStopGrace(30*time.Second))
 	if err != nil {
@@ -138,7 +142,10 @@ func newMini(h Host, o Options) (*mini, error) {
 	m := &mini{host: h, kubeconf: filepath.Join(h.StateDir, BootstrapKubeconfig), launcher: launcher, opts: o, log: log}
 	m.config = agent.Config{
 		NodeName: node, AgentsNamespace: cmp.Or(o.AgentsNamespace, "macrack-agents"), StateDir: h.StateDir,
-		Launcher: launcher,
+		// Each host its own key, as each Mac has: a config sealed to one
+		// host opens on no other.
+		GuestKeyFile: host.DefaultGuestKeyPath(h.StateDir),
+		Launcher:     launcher,
 		Facts: host.StaticFacts{Reported: &fleetv1alpha1.ReportedFacts{
 			Disk: &disk, NetworkGbps: ptr.To(int32(10)), Chip: "M4", MacOSVersion: "15.5",
 			SIPEnabled: ptr.To(true), VirtualizationEntitlement: ptr.To(true),

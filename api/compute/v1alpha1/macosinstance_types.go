@@ -8,6 +8,7 @@ import (
 )
 
 // MacOSInstanceSpec is one macOS VM inside the tenant's lease.
+// +kubebuilder:validation:XValidation:rule="has(self.guestConfig) == has(oldSelf.guestConfig) && (!has(self.guestConfig) || self.guestConfig == oldSelf.guestConfig)",message="guestConfig is set at creation and never changed"
 type MacOSInstanceSpec struct {
 	// leaseName names the MacNodeLease, in this namespace, that the VM runs in.
 	// +required
@@ -38,6 +39,30 @@ type MacOSInstanceSpec struct {
 	// +required
 	// +kubebuilder:validation:XValidation:rule="isQuantity(string(self)) && quantity(string(self)).isGreaterThan(quantity('0'))",message="disk must be a positive quantity"
 	Disk resource.Quantity `json:"disk"`
+
+	// guestConfig is configuration for the guest agent, sealed to the
+	// chassis' guest key (MacNode status.reported.guestKey), for example a
+	// CI runner's token. Only that chassis' host agent can open it, and it
+	// hands it to the guest over vsock. Set at creation, never changed.
+	// +optional
+	GuestConfig *SealedGuestConfig `json:"guestConfig,omitempty"`
+}
+
+// SealedGuestConfig is an HPKE-sealed blob for one instance's guest. The
+// seal is bound to the instance's namespace, name and node, so a blob copied
+// onto another instance does not open.
+type SealedGuestConfig struct {
+	// keyID names the chassis key it is sealed to.
+	// +required
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{16}$`
+	KeyID string `json:"keyID"`
+	// sealed is the HPKE encapsulated key followed by the ciphertext,
+	// standard base64.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=32768
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9+/]+={0,2}$`
+	Sealed string `json:"sealed"`
 }
 
 // VMPhase is the VM's state as the host agent sees it.
@@ -95,11 +120,89 @@ type RuntimeStatus struct {
 	// lastStop is how the agent last stopped the VM, and why.
 	// +optional
 	LastStop *VMStop `json:"lastStop,omitempty"`
+	// guestConfig is whether the agent opened the instance's sealed guest
+	// configuration and handed it to the guest.
+	// +optional
+	GuestConfig *GuestConfigStatus `json:"guestConfig,omitempty"`
+	// job is the one CI job the guest runs, as it reports it: a VM runs
+	// one job, and is then destroyed.
+	// +optional
+	Job *GuestJob `json:"job,omitempty"`
 	// wipedAt is when the host agent finished wiping the instance's disk.
 	// The agent removes macrack.io/disk-wipe only after recording it
 	// (instance.wipe).
 	// +optional
 	WipedAt *metav1.Time `json:"wipedAt,omitempty"`
+}
+
+// GuestConfigPhase is what became of an instance's sealed guest config.
+// +kubebuilder:validation:Enum=Delivered;Unreadable
+type GuestConfigPhase string
+
+// The guest config phases.
+const (
+	// GuestConfigDelivered: the agent opened it and the guest took it.
+	GuestConfigDelivered GuestConfigPhase = "Delivered"
+	// GuestConfigUnreadable: it does not open with this chassis' key (sealed
+	// to another key, another instance or node, or corrupt). The VM gets
+	// nothing; its owner should make a new instance.
+	GuestConfigUnreadable GuestConfigPhase = "Unreadable"
+)
+
+// GuestConfigStatus is the agent's report on a sealed guest config.
+type GuestConfigStatus struct {
+	// phase is Delivered or Unreadable.
+	// +required
+	Phase GuestConfigPhase `json:"phase"`
+	// message says why a config is unreadable; it never holds the config.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Message string `json:"message,omitempty"`
+}
+
+// JobPhase is where the guest's one job stands.
+// +kubebuilder:validation:Enum=Waiting;Running;Succeeded;Failed
+type JobPhase string
+
+// The job phases.
+const (
+	// JobWaiting: configured, asking for a job.
+	JobWaiting JobPhase = "Waiting"
+	// JobRunning: a job was taken and runs.
+	JobRunning JobPhase = "Running"
+	// JobSucceeded and JobFailed: the job ended; the VM takes no other.
+	JobSucceeded JobPhase = "Succeeded"
+	JobFailed    JobPhase = "Failed"
+)
+
+// GuestJob is the guest's report of its one job.
+type GuestJob struct {
+	// phase is Waiting, Running, Succeeded or Failed.
+	// +required
+	Phase JobPhase `json:"phase"`
+	// id is the CI system's job id, once a job was taken.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ID int64 `json:"id,omitempty"`
+	// startedAt is when the guest took the job.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// finishedAt is when the job ended.
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+	// queuedSeconds is how long the job waited in the CI system's queue
+	// before this guest took it, as the CI system says.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	QueuedSeconds *int64 `json:"queuedSeconds,omitempty"`
+	// failureReason is the CI system's failure reason for a failed job, for
+	// example script_failure or runner_system_failure.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	FailureReason string `json:"failureReason,omitempty"`
+	// exitCode is the job script's exit code, when it ran to an end.
+	// +optional
+	ExitCode *int32 `json:"exitCode,omitempty"`
 }
 
 // StopMethod is how a VM was stopped, gentlest first.

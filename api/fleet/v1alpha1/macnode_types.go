@@ -199,12 +199,39 @@ type ReportedFacts struct {
 	// agentVersion is the host agent's version.
 	// +optional
 	AgentVersion string `json:"agentVersion,omitempty"`
+	// guestKey is the public half of the agent's guest-config key. A
+	// workload controller seals what a guest needs in secret (a CI runner's
+	// token) to it, so that any agent may read the sealed blob on an
+	// instance, but only this chassis' agent can open it.
+	// +optional
+	GuestKey *GuestKey `json:"guestKey,omitempty"`
 	// bootID identifies the host's current boot: the boot session UUID on
 	// a Mac (kern.bootsessionuuid), the sim host's boot id. It changes only
 	// when the host reboots, so the operator reads a reboot from it.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	BootID string `json:"bootID,omitempty"`
+}
+
+// GuestKeyAlgorithm is the one sealing scheme: HPKE (RFC 9180) base mode
+// with DHKEM(X25519, HKDF-SHA256), HKDF-SHA256 and AES-256-GCM.
+const GuestKeyAlgorithm = "HPKE-X25519-SHA256-AES256GCM"
+
+// GuestKey is a chassis' public key for sealed guest configuration.
+type GuestKey struct {
+	// algorithm is the sealing scheme; only HPKE-X25519-SHA256-AES256GCM.
+	// +required
+	// +kubebuilder:validation:Enum=HPKE-X25519-SHA256-AES256GCM
+	Algorithm string `json:"algorithm"`
+	// publicKey is the X25519 public key, standard base64 (32 bytes).
+	// +required
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9+/]{43}=$`
+	PublicKey string `json:"publicKey"`
+	// keyID is the first 8 bytes of the key's SHA-256, in hex: what a
+	// sealed config names, so that a key the agent replaced is told apart.
+	// +required
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{16}$`
+	KeyID string `json:"keyID"`
 }
 
 // ImagePhase is a golden's state in one chassis' cache.

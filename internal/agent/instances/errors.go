@@ -16,4 +16,7 @@ var (
 	// ErrNoProbeGolden means the image cache holds no Ready golden for the
 	// probe VM to boot from.
 	ErrNoProbeGolden = errors.New("no Ready golden in the image cache for the quota probe VM")
+	// ErrNoGuestKey means an agent built without a guest key: it opens no
+	// sealed guest config.
+	ErrNoGuestKey = errors.New("this agent has no guest key")
 )

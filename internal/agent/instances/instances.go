@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -37,6 +36,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/agent/vmspec"
 	"github.com/boualleiguie/macrack-operator/internal/cachewait"
 	"github.com/boualleiguie/macrack-operator/internal/guest"
+	"github.com/boualleiguie/macrack-operator/internal/sealing"
 )
 
 // Instances runs the instances placed on this chassis. It starts a VM only
@@ -97,6 +97,10 @@ type Instances struct {
 	// ProbeRetry is how soon a probe that failed for another reason than
 	// the kernel's code 6 is tried again (30s if zero).
 	ProbeRetry time.Duration
+	// GuestKey is the chassis' guest key: it opens an instance's sealed
+	// spec.guestConfig, which the loop hands to the guest. Nil: no sealed
+	// config opens on this chassis.
+	GuestKey *sealing.Key
 
 	// vmMu serialises the quota probe with the instance loop's starts: the
 	// probe counts the VMs that run, then starts one, and no tenant VM may
@@ -309,11 +313,11 @@ func (r *Instances) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	if startErr != nil {
 		return ctrl.Result{RequeueAfter: r.Poll}, r.report(ctx, inst, computev1alpha1.VMFailed, "start failed: "+startErr.Error(), nil)
 	}
-	var g *guest.Report
+	var w guestWord
 	if state == driver.StateRunning {
-		g = r.askGuest(ctx, log, c)
+		w = r.tendGuest(ctx, log, c, inst)
 	}
-	return ctrl.Result{RequeueAfter: r.Poll}, r.report(ctx, inst, vmPhase(state), "", g)
+	return ctrl.Result{RequeueAfter: r.Poll}, r.reportGuest(ctx, inst, vmPhase(state), w.message, w)
 }
 
 // start reaches the instance's helper, launching it if need be, and starts
@@ -487,36 +491,15 @@ func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *compute
 	return nil
 }
 
-// askGuest asks the guest agent for a report through the helper's vsock
-// proxy. A guest that does not answer yet is not an error: it is booting.
-func (r *Instances) askGuest(ctx context.Context, log logr.Logger, c *helper.Client) *guest.Report {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	conn, err := c.DialGuest(ctx, r.GuestPort)
-	if err != nil {
-		log.V(1).Info("Guest not reachable yet", "error", err.Error())
-		return nil
-	}
-	defer conn.Close()
-	return reportOver(ctx, log, conn)
-}
-
-func reportOver(ctx context.Context, log logr.Logger, conn net.Conn) *guest.Report {
-	gc := guest.NewClient(conn)
-	if _, err := gc.Handshake(ctx); err != nil {
-		log.V(1).Info("Guest handshake failed", "error", err.Error())
-		return nil
-	}
-	rep, err := gc.Report(ctx)
-	if err != nil {
-		log.V(1).Info("Guest report failed", "error", err.Error())
-		return nil
-	}
-	return &rep
-}
-
 // report writes status.runtime, and nothing else, with a merge patch.
 func (r *Instances) report(ctx context.Context, inst *computev1alpha1.MacOSInstance, phase computev1alpha1.VMPhase, msg string, g *guest.Report) error {
+	return r.reportGuest(ctx, inst, phase, msg, guestWord{report: g})
+}
+
+// reportGuest is report with what became of the guest's config too: one
+// write for the guest's report, its job and its config.
+func (r *Instances) reportGuest(ctx context.Context, inst *computev1alpha1.MacOSInstance, phase computev1alpha1.VMPhase, msg string, w guestWord) error {
+	g := w.report
 	rt := computev1alpha1.RuntimeStatus{Phase: phase, Message: truncate(msg, maxMessage)}
 	if old := inst.Status.Runtime; old != nil && g == nil {
 		// Keep the guest's last word until it speaks again.
@@ -526,11 +509,26 @@ func (r *Instances) report(ctx context.Context, inst *computev1alpha1.MacOSInsta
 	if old := inst.Status.Runtime; old != nil {
 		rt.WipedAt, rt.Wipe = old.WipedAt, old.Wipe // instance.wipe's record stays
 		rt.LastStop = old.LastStop                  // so does the last stop's, until the next
+		// The config's fate and the job's last word stay until they change:
+		// a VM stopped, or a guest restarted that has no job yet, does not
+		// undo the record of the VM's one job.
+		rt.GuestConfig, rt.Job = old.GuestConfig, old.Job
+	}
+	if w.config != nil {
+		rt.GuestConfig = w.config
 	}
 	if g != nil {
 		at := metav1.NewTime(r.Clock.Now())
 		rt.BootStage, rt.XcodeVersions, rt.ReadyForWork, rt.LastReportAt = g.BootStage, g.XcodeVersions, g.ReadyForWork, &at
 		rt.DiskHeadroom = resource.NewQuantity(g.DiskHeadroomBytes, resource.BinarySI)
+		if g.Job != nil {
+			if job, ok := jobStatus(g.Job); ok {
+				rt.Job = job
+			} else {
+				ctrl.LoggerFrom(ctx).Info("The guest reported a job the API would refuse; its last job report stands",
+					"MacOSInstance", client.ObjectKeyFromObject(inst), "jobPhase", string(g.Job.Phase), "jobID", g.Job.ID)
+			}
+		}
 		// A report that changes nothing but its time is no write, until
 		// the time stored is guestReportRefresh old: a running VM's guest
 		// answers every Poll, and each write of the same report would be
@@ -568,6 +566,7 @@ func (r *Instances) reportPull(ctx context.Context, inst *computev1alpha1.MacOSI
 	rt := computev1alpha1.RuntimeStatus{Phase: computev1alpha1.VMPulling, Message: truncate(msg, maxMessage), PullPercent: &pct}
 	if old := inst.Status.Runtime; old != nil {
 		rt.WipedAt, rt.Wipe, rt.LastStop = old.WipedAt, old.Wipe, old.LastStop
+		rt.GuestConfig, rt.Job = old.GuestConfig, old.Job
 	}
 	return r.writeRuntime(ctx, inst, rt)
 }

@@ -85,6 +85,7 @@ func (r *Instances) reportStopped(ctx context.Context, inst *computev1alpha1.Mac
 	rt := computev1alpha1.RuntimeStatus{Phase: computev1alpha1.VMStopped, Message: truncate(msg, maxMessage)}
 	if old := inst.Status.Runtime; old != nil {
 		rt.WipedAt, rt.Wipe, rt.LastStop = old.WipedAt, old.Wipe, old.LastStop
+		rt.GuestConfig, rt.Job = old.GuestConfig, old.Job
 		// The guest's last word stays; a stopped VM takes no work.
 		rt.BootStage, rt.XcodeVersions, rt.DiskHeadroom, rt.LastReportAt = old.BootStage, old.XcodeVersions, old.DiskHeadroom, old.LastReportAt
 	}
