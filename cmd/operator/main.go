@@ -53,6 +53,7 @@ type options struct {
 	missedHeartbeats        int
 	auditSink               string
 	clusterName             string
+	gitlabAllowedHosts      string
 }
 
 func main() {
@@ -90,6 +91,8 @@ func main() {
 	fs.StringVar(&opts.auditSink, "audit-sink", "stdout",
 		"Where the audit and billing stream goes: nats://host:port[?stream=NAME&replicas=N&creds=FILE] (JetStream; MacRack creates its stream), http(s)://url (CloudEvents over HTTP), or stdout (JSON lines).")
 	fs.StringVar(&opts.clusterName, "cluster-name", "default", "This cluster's name in the audit records' source, macrack://<cluster>/<controller>.")
+	fs.StringVar(&opts.gitlabAllowedHosts, "gitlab-allowed-hosts", "",
+		"Comma-separated GitLab hosts GitLabRunners may name (exact, or *.example.com): the operator calls them to verify and unregister runners. Empty: any.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(fs)
 	flag.Parse()
@@ -101,6 +104,17 @@ func main() {
 		log.Error(err, "Operator stopped")
 		os.Exit(1)
 	}
+}
+
+// splitList splits a comma-separated flag, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func envOr(key, fallback string) string {
@@ -182,6 +196,7 @@ func run(log logr.Logger, opts options) error {
 		HeartbeatGrace:          opts.heartbeatInterval * time.Duration(opts.missedHeartbeats),
 		AuditSink:               sink,
 		AuditOrigin:             audit.Origin{Cluster: opts.clusterName},
+		GitLabAllowedHosts:      splitList(opts.gitlabAllowedHosts),
 	}); err != nil {
 		return err
 	}

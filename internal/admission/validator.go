@@ -31,6 +31,7 @@ const ValidatePath = "/validate-macrack"
 // +kubebuilder:webhook:path=/validate-macrack,mutating=false,failurePolicy=fail,sideEffects=None,groups=compute.macrack.io,resources=macosinstances;macosinstances/status,verbs=create;update;delete,versions=v1alpha1,name=vmacosinstance.macrack.io,admissionReviewVersions=v1
 // +kubebuilder:webhook:path=/validate-macrack,mutating=false,failurePolicy=fail,sideEffects=None,groups=fleet.macrack.io,resources=macnodes;macnodes/status,verbs=create;update;delete,versions=v1alpha1,name=vmacnode.macrack.io,admissionReviewVersions=v1
 // +kubebuilder:webhook:path=/validate-macrack,mutating=false,failurePolicy=fail,sideEffects=None,groups=fleet.macrack.io,resources=macnodeclasses,verbs=create;update;delete,versions=v1alpha1,name=vmacnodeclass.macrack.io,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-macrack,mutating=false,failurePolicy=fail,sideEffects=None,groups=workloads.macrack.io,resources=gitlabrunners,verbs=create;update,versions=v1alpha1,name=vgitlabrunner.macrack.io,admissionReviewVersions=v1
 
 // PolicyValidator is the validating handler. It builds the policy input from
 // the request, with now from Clock and the inventory from the cache indexes,

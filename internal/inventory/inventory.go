@@ -19,6 +19,7 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	workloadsv1alpha1 "github.com/boualleiguie/macrack-operator/api/workloads/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 )
@@ -58,6 +59,8 @@ func (b Builder) For(ctx context.Context, kind schema.GroupKind, obj, old map[st
 		}
 	case fleetv1alpha1.GroupVersion.WithKind("MacNode").GroupKind():
 		err = b.addClass(ctx, inv, str(src, "spec", "nodeClassName"))
+	case workloadsv1alpha1.GroupVersion.WithKind("GitLabRunner").GroupKind():
+		err = b.forWorkload(ctx, inv, str(src, "metadata", "namespace"), str(src, "spec", "leaseName"))
 	}
 	return inv, err
 }
@@ -116,6 +119,22 @@ func (b Builder) forInstance(ctx context.Context, inv map[string]any, namespace,
 		}
 	}
 	return nil
+}
+
+// forWorkload reads a workload's lease and its class, whose vmCapacity
+// bounds the workload's concurrency.
+func (b Builder) forWorkload(ctx context.Context, inv map[string]any, namespace, leaseName string) error {
+	if leaseName == "" {
+		return nil
+	}
+	lease := &leasingv1alpha1.MacNodeLease{}
+	if err := b.get(ctx, client.ObjectKey{Namespace: namespace, Name: leaseName}, lease, inv, "lease"); err != nil {
+		return err
+	}
+	if inv["lease"] == nil {
+		return nil
+	}
+	return b.addClass(ctx, inv, lease.Spec.NodeClassName)
 }
 
 func (b Builder) listInstances(ctx context.Context, inv map[string]any, role string, opts ...client.ListOption) error {

@@ -20,6 +20,7 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	workloadsv1alpha1 "github.com/boualleiguie/macrack-operator/api/workloads/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/admission"
 	"github.com/boualleiguie/macrack-operator/internal/audit"
 	"github.com/boualleiguie/macrack-operator/internal/cachewait"
@@ -27,6 +28,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	auditexport "github.com/boualleiguie/macrack-operator/internal/reconcile/audit"
+	"github.com/boualleiguie/macrack-operator/internal/reconcile/gitlabrunner"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/image"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/lease"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/node"
@@ -67,6 +69,14 @@ type Options struct {
 	AuditSink audit.Sink
 	// AuditOrigin names the cluster in the records' source.
 	AuditOrigin audit.Origin
+	// GitLabAllowedHosts, if set, are the only GitLab hosts a GitLabRunner
+	// may name; GitLabVerifyInterval is how often a runner's token is
+	// verified again (gitlabrunner.DefaultVerifyInterval if zero).
+	GitLabAllowedHosts   []string
+	GitLabVerifyInterval time.Duration
+	// RunnerTicks, if set, enqueues GitLabRunners on demand (tests' fake
+	// clock).
+	RunnerTicks <-chan event.GenericEvent
 }
 
 // CacheOptions are the manager's cache options, for cmd/operator and the
@@ -119,7 +129,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	// on a cache from before its last write would write it again.
 	c, err := cachewait.New(mgr.GetClient(), mgr.GetCache(), cachewait.DefaultTimeout,
 		&leasingv1alpha1.MacNodeLease{}, &computev1alpha1.MacOSInstance{}, &fleetv1alpha1.MacNode{},
-		&fleetv1alpha1.MacOSImage{}, &corev1.Node{}, &corev1.Pod{})
+		&fleetv1alpha1.MacOSImage{}, &corev1.Node{}, &corev1.Pod{}, &workloadsv1alpha1.GitLabRunner{})
 	if err != nil {
 		return err
 	}
@@ -160,6 +170,17 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		}).SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the audit exporter: %w", err)
 		}
+	}
+	tenants, err := gitlabrunner.NewImpersonation(mgr.GetConfig(), mgr.GetScheme(), mgr.GetRESTMapper())
+	if err != nil {
+		return err
+	}
+	if err := (&gitlabrunner.Reconciler{
+		Client: c, Tenants: tenants, GitLab: gitlabrunner.NewGitLab, Clock: o.Clock,
+		Recorder: mgr.GetEventRecorder("macrack-gitlab-runner"), VerifyInterval: o.GitLabVerifyInterval,
+		AllowedHosts: o.GitLabAllowedHosts, MaxConcurrentReconciles: o.MaxConcurrentReconciles, Ticks: o.RunnerTicks,
+	}).SetupWithManager(ctx, mgr); err != nil {
+		return fmt.Errorf("setting up the GitLabRunner controller: %w", err)
 	}
 	if o.Webhooks {
 		if err := admission.Setup(mgr, o.Engine, o.Clock, o.Params, admissionMetrics, denials); err != nil {

@@ -185,6 +185,8 @@ func resourceFor(gk schema.GroupKind) (schema.GroupResource, string, bool) {
 		return schema.GroupResource{Group: gk.Group, Resource: "macnodeleases"}, "", true
 	case "compute.macrack.io/MacOSInstance":
 		return schema.GroupResource{Group: gk.Group, Resource: "macosinstances"}, "", true
+	case "workloads.macrack.io/GitLabRunner":
+		return schema.GroupResource{Group: gk.Group, Resource: "gitlabrunners"}, "", true
 	case "/Node":
 		return schema.GroupResource{Resource: "nodes"}, "", true
 	case "/Pod":

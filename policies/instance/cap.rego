@@ -4,15 +4,17 @@
 #   A chassis runs at most vmCapacity macOS VMs, and never more than two (the
 #   kernel's hv_apple_isa_vm_quota). The cap holds per lease, per node, and on
 #   the MacNode's slots. An instance is live, and counts, until the agent
-#   reports it Stopped; a Stopping instance counts.
+#   reports it Stopped; a Stopping instance counts. A workload that keeps a
+#   pool of VMs (a GitLabRunner's concurrency) asks for no more than the cap.
 # custom:
 #   id: instance.cap
 #   kinds:
 #   - compute.macrack.io/MacOSInstance
 #   - fleet.macrack.io/MacNode
+#   - workloads.macrack.io/GitLabRunner
 #   engines: [rego]
 #   inventory:
-#   - nodeClass: the class of the lease's (or the node's) chassis
+#   - nodeClass: the class of the lease's (or the node's, or the GitLabRunner's lease's) chassis
 #   - leaseInstances: the instances of the lease (index instances-by-lease)
 #   - nodeInstances: the instances placed on the node (index instances-by-node)
 package macrack.instance.cap
@@ -51,6 +53,20 @@ violations contains {"code": code, "message": msg} if {
 	slots := object.get(lib.new, ["status", "slots"], [])
 	count(slots) > cap
 	msg := sprintf("instance.cap: MacNode %s has %d slots; its class allows at most %d", [name, count(slots), cap])
+}
+
+# A GitLabRunner runs at most cap jobs at once, each in its own VM. Its
+# lease's class is the cap; with the lease not found yet, the kernel's two,
+# and the controller keeps the pool within the class at run time.
+violations contains {"code": code, "message": msg} if {
+	input.request.kind.kind == "GitLabRunner"
+	input.request.operation in {"CREATE", "UPDATE"}
+	want := object.get(lib.new, ["spec", "concurrency"], 1)
+	want > cap
+	msg := sprintf("instance.cap: GitLabRunner %s asks for concurrency %d, but lease %s's class %s runs at most %d VMs per chassis", [
+		name, want, object.get(lib.new, ["spec", "leaseName"], "?"),
+		object.get(input, ["inventory", "nodeClass", "metadata", "name"], "?"), cap,
+	])
 }
 
 # others are the names of the live instances in list, other than the one

@@ -28,6 +28,13 @@ var Rules = []Rule{
 		Guarded:   []string{"internal/policy"},
 		Forbidden: []string{"internal/reconcile", "internal/admission", "internal/agent"},
 	},
+	{
+		// A workload acts as a tenant: it uses leases and instances through
+		// the API, and decides nothing the policies decide.
+		Guarded: []string{"internal/reconcile/gitlabrunner", "internal/gitlab"},
+		Forbidden: []string{"internal/policy", "internal/inventory", "internal/index", "internal/admission",
+			"internal/reconcile/intent", "internal/reconcile/lease", "internal/reconcile/node", "internal/reconcile/placement"},
+	},
 }
 
 // Violation is one forbidden dependency.

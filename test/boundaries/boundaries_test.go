@@ -16,16 +16,19 @@ func TestTheRepositoryKeepsItsImportBoundaries(t *testing.T) {
 	t.Logf("checked %d guarded packages: %v", len(checked), checked)
 }
 
-func TestTheCheckCatchesAnAgentThatImportsAReconciler(t *testing.T) {
+func TestTheCheckCatchesAnAgentThatImportsAReconcilerAndARunnerThatReadsIndexes(t *testing.T) {
 	violations, checked, err := Check(filepath.Join("testdata", "violation"), Rules)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(checked) != 2 {
-		t.Fatalf("want the fixture's agent and guest packages checked, got %v", checked)
+	if len(checked) != 3 {
+		t.Fatalf("want the fixture's agent, guest and runner packages checked, got %v", checked)
 	}
-	want := Violation{Package: "example.com/violation/internal/agent", Imports: "example.com/violation/internal/reconcile/lease"}
-	if len(violations) != 1 || violations[0] != want {
+	want := []Violation{
+		{Package: "example.com/violation/internal/agent", Imports: "example.com/violation/internal/reconcile/lease"},
+		{Package: "example.com/violation/internal/reconcile/gitlabrunner", Imports: "example.com/violation/internal/index"},
+	}
+	if len(violations) != len(want) || violations[0] != want[0] || violations[1] != want[1] {
 		t.Fatalf("want exactly %v, got %v", want, violations)
 	}
 }

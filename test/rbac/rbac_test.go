@@ -19,6 +19,7 @@ var allowed = map[string][]string{
 	"fleet.macrack.io":             {"*"},
 	"leasing.macrack.io":           {"*"},
 	"compute.macrack.io":           {"*"},
+	"workloads.macrack.io":         {"*"},
 	"":                             {"nodes", "pods", "events", "serviceaccounts", "configmaps"},
 	"events.k8s.io":                {"events"},
 	"coordination.k8s.io":          {"leases"},
@@ -188,4 +189,59 @@ func TestTheOperatorReadsSecretsOnlyInItsNamespace(t *testing.T) {
 	if !bound {
 		t.Fatal("no RoleBinding of the operator's Role to its ServiceAccount in macrack-system")
 	}
+}
+
+// TestTheOperatorImpersonatesOnlyTheRunnerIdentity: the GitLabRunner
+// controller acts as each namespace's macrack-gitlab-runner ServiceAccount,
+// so the operator may impersonate that one name, and no user, group or other
+// ServiceAccount: a tenant cannot make it act as anyone else.
+func TestTheOperatorImpersonatesOnlyTheRunnerIdentity(t *testing.T) {
+	op := roles(t)["macrack-operator"]
+	var found bool
+	for _, rule := range op.Rules {
+		if !contains(rule.Verbs, "impersonate") && !contains(rule.Verbs, "*") {
+			continue
+		}
+		if len(rule.Resources) != 1 || rule.Resources[0] != "serviceaccounts" || len(rule.APIGroups) != 1 || rule.APIGroups[0] != "" {
+			t.Errorf("the operator may impersonate %v in %v; only core serviceaccounts", rule.Resources, rule.APIGroups)
+		}
+		if len(rule.ResourceNames) != 1 || rule.ResourceNames[0] != "macrack-gitlab-runner" {
+			t.Errorf("the operator may impersonate ServiceAccounts %v; only macrack-gitlab-runner", rule.ResourceNames)
+		}
+		found = true
+	}
+	if !found {
+		t.Error("the operator may not impersonate macrack-gitlab-runner: GitLabRunners cannot act as their tenants")
+	}
+}
+
+// TestTheRunnerRoleGrantsNothingATenantLacks: the role a tenant binds to
+// its runner identity is within macrack-tenant-edit, so binding it gives
+// the operator nothing the tenant could not do itself.
+func TestTheRunnerRoleGrantsNothingATenantLacks(t *testing.T) {
+	all := roles(t)
+	edit, runner := all["macrack-tenant-edit"], all["macrack-gitlab-runner"]
+	if len(runner.Rules) == 0 {
+		t.Fatal("no macrack-gitlab-runner ClusterRole")
+	}
+	for _, rule := range runner.Rules {
+		for _, g := range rule.APIGroups {
+			for _, res := range rule.Resources {
+				for _, v := range rule.Verbs {
+					if !grants(edit, g, res, v) {
+						t.Errorf("macrack-gitlab-runner may %s %s/%s, which macrack-tenant-edit may not", v, g, res)
+					}
+				}
+			}
+		}
+	}
+}
+
+func grants(role rbacv1.ClusterRole, group, resource, verb string) bool {
+	for _, rule := range role.Rules {
+		if contains(rule.APIGroups, group) && contains(rule.Resources, resource) && (contains(rule.Verbs, verb) || contains(rule.Verbs, "*")) {
+			return true
+		}
+	}
+	return false
 }
