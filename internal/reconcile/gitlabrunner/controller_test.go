@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -386,3 +387,47 @@ func TestTheSealedPlaintextIsTheGuestsConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A create whose answer was lost left the slot's next VM in place: the
+// retry finds it under the same name and makes no second one.
+func TestPreparingAVMIsIdempotentAcrossRetries(t *testing.T) {
+	r := runner(1)
+	lost := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: InstanceName("ios", 0, 1), Namespace: ns},
+		Spec: computev1alpha1.MacOSInstanceSpec{LeaseName: "build"}}
+	f := newFixture(t, 2, r, lost)
+	f.reconcile(t)
+	insts := f.instances(t)
+	if len(insts) != 1 || insts[0].Name != lost.Name {
+		t.Fatalf("VMs %v, want only %s", names(insts), lost.Name)
+	}
+	if got := f.runner(t).Status.Slots; len(got) != 1 || got[0].Instance != lost.Name || got[0].Generation != 1 {
+		t.Errorf("slots %+v", got)
+	}
+}
+
+// The VMs of an earlier runner of the same name go; a tenant's VM that
+// only wears the label, or that another kind owns, stays.
+func TestOrphansOfAnEarlierRunnerAreCollected(t *testing.T) {
+	labels := map[string]string{workloadsv1alpha1.RunnerLabel: "ios", workloadsv1alpha1.SlotLabel: "0"}
+	orphan := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: "ios-0-7", Namespace: ns, Labels: labels,
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: workloadsv1alpha1.GroupVersion.String(), Kind: "GitLabRunner", Name: "ios", UID: "old-uid", Controller: ptrBool(true)}}},
+		Spec: computev1alpha1.MacOSInstanceSpec{LeaseName: "build"}}
+	wearer := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: "mine", Namespace: ns, Labels: labels},
+		Spec: computev1alpha1.MacOSInstanceSpec{LeaseName: "build"}}
+	f := newFixture(t, 2, runner(1), orphan, wearer)
+	f.reconcile(t)
+	got := names(f.instances(t))
+	if slices.Contains(got, "ios-0-7") || !slices.Contains(got, "mine") {
+		t.Fatalf("VMs %v: want the orphan gone and the tenant's own VM kept", got)
+	}
+}
+
+func names(insts []computev1alpha1.MacOSInstance) []string {
+	var out []string
+	for _, i := range insts {
+		out = append(out, i.Name)
+	}
+	return out
+}
+
+func ptrBool(b bool) *bool { return &b }

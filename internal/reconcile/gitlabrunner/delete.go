@@ -20,7 +20,7 @@ import (
 // disk), then its managers in GitLab, then the finalizer.
 func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result, error) {
 	runner := s.runner
-	owned, err := r.ownedInstances(ctx, runner)
+	owned, _, err := r.ownedInstances(ctx, runner)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

@@ -33,9 +33,15 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	if s.tenantErr != nil {
 		return ctrl.Result{}, s.tenantErr
 	}
-	owned, err := r.ownedInstances(ctx, runner)
+	owned, orphans, err := r.ownedInstances(ctx, runner)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	var errs []error
+	for _, inst := range orphans {
+		if err := r.end(ctx, s, inst, "its runner of that name is gone"); err != nil {
+			errs = append(errs, err)
+		}
 	}
 
 	gl, ok := r.connect(s)
@@ -56,7 +62,6 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	for _, inst := range owned {
 		bySlot[slotOf(inst)] = append(bySlot[slotOf(inst)], inst)
 	}
-	var errs []error
 	maxJob := runner.Spec.MaxJobDuration.Duration
 	// Slot MaxConcurrency gathers VMs whose slot label is not a slot's.
 	for slot := int32(0); slot <= workloadsv1alpha1.MaxConcurrency; slot++ {
@@ -146,22 +151,28 @@ func (q requeue) result() ctrl.Result { return ctrl.Result{RequeueAfter: q.d} }
 
 // ownedInstances lists the instances this runner created: labelled with its
 // name, and controlled by its UID. A tenant's instance that only wears the
-// label is not the runner's.
-func (r *Reconciler) ownedInstances(ctx context.Context, runner *workloadsv1alpha1.GitLabRunner) ([]*computev1alpha1.MacOSInstance, error) {
+// label is not the runner's. Orphans are the VMs of an earlier runner of
+// the same name, which a cluster without a garbage collector would keep.
+func (r *Reconciler) ownedInstances(ctx context.Context, runner *workloadsv1alpha1.GitLabRunner) (owned, orphans []*computev1alpha1.MacOSInstance, err error) {
 	list := &computev1alpha1.MacOSInstanceList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(runner.Namespace), client.MatchingLabels{workloadsv1alpha1.RunnerLabel: runner.Name}); err != nil {
-		return nil, fmt.Errorf("listing the instances of GitLabRunner %s/%s: %w", runner.Namespace, runner.Name, err)
+		return nil, nil, fmt.Errorf("listing the instances of GitLabRunner %s/%s: %w", runner.Namespace, runner.Name, err)
 	}
-	var out []*computev1alpha1.MacOSInstance
 	for i := range list.Items {
-		if ref := metav1.GetControllerOf(&list.Items[i]); ref != nil && ref.UID == runner.UID {
-			out = append(out, &list.Items[i])
+		inst := &list.Items[i]
+		ref := metav1.GetControllerOf(inst)
+		switch {
+		case ref == nil || ref.Kind != "GitLabRunner" || ref.APIVersion != workloadsv1alpha1.GroupVersion.String():
+		case ref.UID == runner.UID:
+			owned = append(owned, inst)
+		case inst.DeletionTimestamp.IsZero():
+			orphans = append(orphans, inst)
 		}
 	}
-	slices.SortFunc(out, func(a, b *computev1alpha1.MacOSInstance) int {
+	slices.SortFunc(owned, func(a, b *computev1alpha1.MacOSInstance) int {
 		return a.CreationTimestamp.Compare(b.CreationTimestamp.Time)
 	})
-	return out, nil
+	return owned, orphans, nil
 }
 
 // ownerRunner names the GitLabRunner controlling obj, if any.
