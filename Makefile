@@ -223,6 +223,10 @@ N ?= 100
 bench-fleet: controlplane registry nats ## The fleet at scale (N minis, N leases, 2N instances): cold, release and warm waves; figures go in BENCHMARKS.md.
 	FLEET_N=$(N) go test -run '^$$' -bench BenchmarkFleet -benchtime=1x -timeout 180m ./test/envtest/fleet/
 
+.PHONY: bench-runner
+bench-runner: controlplane registry nats ## Issue 18: a GitLabRunner on one sim chassis: queue-to-start warm and cold, jobs per hour.
+	go test -run '^$$' -bench BenchmarkGitLabRunner -benchtime=1x -timeout 30m ./test/envtest/gitlabrunner/
+
 ##@ Run
 
 # FLEET is how many simulated Mac minis `make run` enrolls and runs.
