@@ -24,6 +24,7 @@ const (
 	ReasonPoolFilling        = "PoolFilling"
 	ReasonLeaseNotBound      = "LeaseNotBound"
 	ReasonChassisUnavailable = "ChassisUnavailable"
+	ReasonGuestConfigInvalid = "GuestConfigInvalid"
 	ReasonGuestKeyMissing    = "GuestKeyMissing"
 	ReasonInstanceRefused    = "InstanceRefused"
 	ReasonVMFailed           = "VMFailed"

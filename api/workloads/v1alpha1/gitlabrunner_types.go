@@ -45,8 +45,10 @@ type GitLabRunnerSpec struct {
 	// they match.
 	// +optional
 	// +listType=set
-	// +kubebuilder:validation:MaxItems=32
-	// +kubebuilder:validation:items:MaxLength=255
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=128
+	// +kubebuilder:validation:items:Pattern=`^[^,]+$`
 	Tags []string `json:"tags,omitempty"`
 
 	// maxJobDuration ends a job that runs longer, and destroys its VM,
@@ -90,9 +92,10 @@ type GitLabSpec struct {
 	// +required
 	TokenSecretRef SecretKeyRef `json:"tokenSecretRef"`
 	// caBundle is extra PEM roots to trust for url, for a GitLab with a
-	// private CA.
+	// private CA. Each VM's sealed config carries it, so it is at most
+	// 10 KiB: a few certificates.
 	// +optional
-	// +kubebuilder:validation:MaxLength=65536
+	// +kubebuilder:validation:MaxLength=10240
 	CABundle string `json:"caBundle,omitempty"`
 }
 

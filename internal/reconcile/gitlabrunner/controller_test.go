@@ -431,3 +431,19 @@ func names(insts []computev1alpha1.MacOSInstance) []string {
 }
 
 func ptrBool(b bool) *bool { return &b }
+
+// A config the guest would refuse is refused before it is sealed: the
+// runner says why, and makes no VM that would wait for ever.
+func TestAGuestConfigTheGuestWouldRefuseIsNeverSealed(t *testing.T) {
+	r := runner(1)
+	r.Spec.GitLab.CABundle = "not a certificate"
+	f := newFixture(t, 2, r)
+	f.reconcile(t)
+	if n := len(f.instances(t)); n != 0 {
+		t.Fatalf("%d VMs with a config the guest refuses", n)
+	}
+	c := meta.FindStatusCondition(f.runner(t).Status.Conditions, workloadsv1alpha1.ConditionDegraded)
+	if c == nil || c.Reason != workloadsv1alpha1.ReasonGuestConfigInvalid || !strings.Contains(c.Message, "caBundle") || strings.Contains(c.Message, token) {
+		t.Fatalf("Degraded %+v", c)
+	}
+}

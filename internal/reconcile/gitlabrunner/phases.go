@@ -581,7 +581,7 @@ func (r *Reconciler) fill(ctx context.Context, s *scope, ps *workloadsv1alpha1.P
 	name := InstanceName(runner.Name, ps.Index, gen)
 	sealed, err := sealConfig(s, ps, name)
 	if err != nil {
-		s.blocked.to(false, workloadsv1alpha1.ReasonGuestKeyMissing, "sealing the guest config to chassis %s: %v", s.node.Spec.Serial, err)
+		s.blocked.to(false, workloadsv1alpha1.ReasonGuestConfigInvalid, "sealing the guest config to chassis %s: %v", s.node.Spec.Serial, err)
 		return false, nil
 	}
 	t := runner.Spec.Template

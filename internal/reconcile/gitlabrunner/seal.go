@@ -20,6 +20,9 @@ func sealConfig(s *scope, ps *workloadsv1alpha1.PoolSlot, instance string) (*com
 		CABundle: runner.Spec.GitLab.CABundle, Tags: runner.Spec.Tags,
 		MaxJobDuration: guest.Duration(runner.Spec.MaxJobDuration.Duration),
 	}}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("the runner's guest config: %w", err)
+	}
 	plain, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the guest config: %w", err)
