@@ -2,9 +2,10 @@
 // from bin/k8s with envtest's flags, and a kube-controller-manager, installs
 // the CRDs and the webhook configurations (self-signed serving certificates,
 // generated here), runs the operator against them, writes a kubeconfig under
-// bin/ and prints the line that points kubectl at it. Every port is picked
-// free, so two clusters can run on one machine. Ctrl-C stops every process
-// it started.
+// bin/ and prints the line that points kubectl at it. It also serves a fake
+// GitLab and writes a GitLabRunner that takes its jobs (gitlab.go). Every
+// port is picked free, so two clusters can run on one machine. Ctrl-C stops
+// every process it started.
 package main
 
 import (
@@ -108,6 +109,11 @@ func run(root, extraArgs string, fleetSize int) error {
 		return err
 	}
 	defer natsServer.stop()
+	gitLab, err := startGitLab(bin)
+	if err != nil {
+		return err
+	}
+	defer gitLab.stop()
 	w := env.WebhookInstallOptions
 	operator, err := startProcess("operator", filepath.Join(bin, "operator"), append(operatorArgs(operatorKubeconfig, metricsPort, probePort, audiences, extraArgs),
 		fmt.Sprintf("--webhook-port=%d", w.LocalServingPort),
@@ -145,6 +151,7 @@ host agents.
     OCI registry (goldens)   http://%s/v2/
     sim golden               %s
     audit stream (JetStream) %s, stream MACRACK_AUDIT
+    fake GitLab              %s, CA %s
 
     export KUBECONFIG=%s
     export PATH=%s:$PATH    # kubectl v1.37.2, built from the module proxy
@@ -158,12 +165,13 @@ host agents.
     %s audit tail --nats %s --follow
     %s billing report --nats %s --from %s --to %s
 
+%s
 Press Ctrl-C to stop everything.
 `, len(env.CRDs), fl.minis, fleetClass,
 		env.Config.Host, env.ControlPlane.Etcd.URL, w.LocalServingHost, w.LocalServingPort, metricsPort, probePort,
-		kcmPort, kcm.logPath, fl.registry.Host(), fl.golden, natsURL, kubeconfigPath, filepath.Join(bin, "k8s"), filepath.Join(bin, "macrackctl"),
+		kcmPort, kcm.logPath, fl.registry.Host(), fl.golden, natsURL, gitLab.srv.URL(), gitLab.caPath, kubeconfigPath, filepath.Join(bin, "k8s"), filepath.Join(bin, "macrackctl"),
 		filepath.Join(bin, "macrackctl"), natsURL, filepath.Join(bin, "macrackctl"), natsURL,
-		today.Format(time.RFC3339), today.Add(48*time.Hour).Format(time.RFC3339))
+		today.Format(time.RFC3339), today.Add(48*time.Hour).Format(time.RFC3339), gitLab.hint())
 
 	exited := make(chan *child, len(fl.agents)+3)
 	for _, c := range append(fl.agents, operator, kcm.child, natsServer) {

@@ -9,6 +9,10 @@
 // times. It checks Content-Range offsets byte for byte as GitLab does and
 // answers 416 with the length it holds.
 //
+// Its server also serves the fake's own admin API under AdminPrefix
+// (admin.go): queue a job, list the jobs, read a trace, over HTTP, for
+// `make run` and for a person trying a runner by hand.
+//
 // Everything is safe for concurrent use. Accessors return copies, and none
 // of them returns a token.
 package gitlabtest
@@ -109,6 +113,7 @@ func NewServer(c Cleanuper, opts ...Option) *Server {
 	mux.HandleFunc("POST /api/v4/jobs/request", s.endpoint(gitlab.EndpointRequestJob, s.requestJob))
 	mux.HandleFunc("PUT /api/v4/jobs/{id}", s.endpoint(gitlab.EndpointUpdateJob, s.updateJob))
 	mux.HandleFunc("PATCH /api/v4/jobs/{id}/trace", s.endpoint(gitlab.EndpointPatchTrace, s.patchTrace))
+	s.adminRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeMessage(w, http.StatusNotFound, "404 Not Found")
 	})

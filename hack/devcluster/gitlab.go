@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/template"
+
+	workloadsv1alpha1 "github.com/boualleiguie/macrack-operator/api/workloads/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/gitlab/gitlabtest"
+)
+
+// The GitLabRunner demo of `make run`: a fake GitLab (the tests' own,
+// internal/gitlab/gitlabtest, over TLS) with one runner token registered,
+// and a manifest that runs a GitLabRunner against it in the namespace and
+// lease of docs/tenant.md's walkthrough. Jobs are queued with curl through
+// the fake's admin API (gitlabtest.AdminPrefix); the sim guests run them.
+const (
+	// demoNamespace is the walkthrough's namespace: bin/kubeconfig names
+	// none, so kubectl uses default, which the API server creates itself.
+	demoNamespace = "default"
+	// demoLease is config/samples' lease, which the walkthrough applies.
+	demoLease  = "build-mini"
+	demoRunner = "demo-ci"
+	// demoTokenSecret is the Secret docs/tenant.md names.
+	demoTokenSecret = "gitlab-runner-token"
+	// demoTag is the runner's tag; it runs untagged jobs too.
+	demoTag = "macos"
+	// demoJob is the job the printed curl line queues: its output shows in
+	// the trace, and its sleep long enough to see the VM Busy.
+	demoJob = `{"name":"build","tags":["macos"],"script":["echo hello from a fresh VM","sleep 10","echo done"]}`
+	// firstJobID is the fake's first job id.
+	firstJobID = 1000
+)
+
+// fakeGitLab is the fake GitLab of `make run` and the files written for it.
+type fakeGitLab struct {
+	srv *gitlabtest.Server
+	// caPath holds its CA bundle, for curl --cacert; manifestPath the
+	// GitLabRunner demo.
+	caPath, manifestPath string
+}
+
+// startGitLab starts the fake GitLab on a free loopback port (httptest
+// listens on 127.0.0.1:0: the kernel picks it, so two clusters never
+// collide), registers one runner token, and writes the fake's CA bundle and
+// the demo manifest into bin. The token is in the manifest only, which only
+// its owner may read; it is never printed.
+func startGitLab(bin string) (*fakeGitLab, error) {
+	token, err := newRunnerToken()
+	if err != nil {
+		return nil, err
+	}
+	g := &fakeGitLab{
+		srv:          gitlabtest.NewServer(nil),
+		caPath:       filepath.Join(bin, "fake-gitlab-ca.pem"),
+		manifestPath: filepath.Join(bin, "gitlabrunner-demo.yaml"),
+	}
+	g.srv.AddRunnerToken(token, gitlabtest.WithTags(demoTag))
+	if err := os.WriteFile(g.caPath, g.srv.CABundle(), 0o644); err != nil {
+		g.stop()
+		return nil, fmt.Errorf("writing %s: %w", g.caPath, err)
+	}
+	manifest, err := demoManifest(g.srv.URL(), string(g.srv.CABundle()), token)
+	if err != nil {
+		g.stop()
+		return nil, err
+	}
+	if err := os.WriteFile(g.manifestPath, manifest, 0o600); err != nil {
+		g.stop()
+		return nil, fmt.Errorf("writing %s: %w", g.manifestPath, err)
+	}
+	fmt.Printf("devcluster: fake GitLab serving at %s\n", g.srv.URL())
+	return g, nil
+}
+
+// stop closes the fake GitLab.
+func (g *fakeGitLab) stop() {
+	if g == nil {
+		return
+	}
+	fmt.Println("devcluster: stopping the fake GitLab")
+	g.srv.Close()
+}
+
+// hint is what `make run` prints about the demo: apply the manifest, queue
+// a job, list the jobs, read a trace.
+func (g *fakeGitLab) hint() string {
+	curl := "curl -sS --cacert " + g.caPath + " "
+	jobs := g.srv.URL() + gitlabtest.AdminPrefix + "jobs"
+	trace := fmt.Sprintf("%s/%d/trace", jobs, firstJobID)
+	return fmt.Sprintf(`    # GitLab CI jobs, each in a fresh VM, from the fake GitLab (docs/tenant.md, "Try it locally"):
+    # the runner needs the lease %s Bound, with no VMs of yours in it (kubectl apply -f config/samples)
+    kubectl apply -f %s
+    kubectl get glr -w
+    %s-X POST %s -d '%s'
+    %s%-*s   # every job, its state
+    %s%s   # the first job's trace
+`, demoLease, g.manifestPath, curl, jobs, demoJob, curl, len(trace), jobs, curl, trace)
+}
+
+// newRunnerToken makes a runner authentication token, prefixed as
+// GitLab's are.
+func newRunnerToken() (string, error) {
+	b := make([]byte, 12)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("making a runner token: %w", err)
+	}
+	return "glrt-" + hex.EncodeToString(b), nil
+}
+
+// demoManifest is bin/gitlabrunner-demo.yaml: the runner identity exactly
+// as docs/tenant.md sets it up (the ServiceAccount, its binding to the
+// macrack-gitlab-runner ClusterRole, get on the token Secret by name), the
+// Secret, and a GitLabRunner of concurrency 2 on the sim golden, trusting
+// the fake's CA.
+func demoManifest(url, caBundle, token string) ([]byte, error) {
+	var b bytes.Buffer
+	err := demoTemplate.Execute(&b, map[string]any{
+		"Namespace":      demoNamespace,
+		"Lease":          demoLease,
+		"Runner":         demoRunner,
+		"ServiceAccount": workloadsv1alpha1.RunnerServiceAccount,
+		"Secret":         demoTokenSecret,
+		"Token":          token,
+		"Image":          simGoldenName,
+		"Tag":            demoTag,
+		"URL":            url,
+		"CABundle":       strings.TrimRight(caBundle, "\n"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rendering the GitLabRunner demo: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+var demoTemplate = template.Must(template.New("demo").Funcs(template.FuncMap{
+	"indent": func(n int, s string) string {
+		pad := strings.Repeat(" ", n)
+		return pad + strings.ReplaceAll(s, "\n", "\n"+pad)
+	},
+}).Parse(`# The GitLabRunner demo of make run (docs/tenant.md, "Try it locally"):
+# a runner in namespace {{.Namespace}}, on the lease {{.Lease}}, taking jobs from
+# make run's fake GitLab at {{.URL}}.
+# Written by make run for this run only: the fake's port and runner token
+# change with every run. It holds the runner token.
+#
+# Apply it once the lease is Bound and has no VMs of yours in it:
+#   kubectl apply -f config/samples
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{.ServiceAccount}}
+  namespace: {{.Namespace}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{.ServiceAccount}}
+  namespace: {{.Namespace}}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{.ServiceAccount}}
+subjects:
+- kind: ServiceAccount
+  name: {{.ServiceAccount}}
+  namespace: {{.Namespace}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{.Secret}}
+  namespace: {{.Namespace}}
+rules:
+- apiGroups: [""]
+  resources: [secrets]
+  resourceNames: [{{.Secret}}]
+  verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{.Secret}}
+  namespace: {{.Namespace}}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{.Secret}}
+subjects:
+- kind: ServiceAccount
+  name: {{.ServiceAccount}}
+  namespace: {{.Namespace}}
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: {{.Secret}}
+  namespace: {{.Namespace}}
+stringData:
+  token: {{.Token}}
+---
+apiVersion: workloads.macrack.io/v1alpha1
+kind: GitLabRunner
+metadata:
+  name: {{.Runner}}
+  namespace: {{.Namespace}}
+spec:
+  leaseName: {{.Lease}}
+  imageName: {{.Image}}
+  concurrency: 2
+  template:
+    cpu: 4
+    memory: 8Gi
+    disk: 200Gi
+  gitlab:
+    url: {{.URL}}
+    tokenSecretRef:
+      name: {{.Secret}}
+    caBundle: |
+{{indent 6 .CABundle}}
+  tags: [{{.Tag}}]
+  maxJobDuration: 30m
+`))

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	workloadsv1alpha1 "github.com/boualleiguie/macrack-operator/api/workloads/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/gitlab"
+	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
+)
+
+// decodeManifest decodes every document of a manifest strictly: a field
+// the kinds do not have fails the test.
+func decodeManifest(t *testing.T, data []byte) []runtime.Object {
+	t.Helper()
+	scheme, err := macrackscheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var objs []runtime.Object
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return objs
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+			continue
+		}
+		obj, _, err := dec.Decode(doc, nil, nil)
+		if err != nil {
+			t.Fatalf("decoding %s: %v", doc, err)
+		}
+		objs = append(objs, obj)
+	}
+}
+
+func stripComments(doc []byte) []byte {
+	var out []byte
+	for _, line := range bytes.Split(doc, []byte("\n")) {
+		if !bytes.HasPrefix(bytes.TrimSpace(line), []byte("#")) {
+			out = append(append(out, line...), '\n')
+		}
+	}
+	return out
+}
+
+func TestTheDemoManifestRunsARunnerAgainstTheFakeGitLab(t *testing.T) {
+	g, err := startGitLab(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.stop()
+	data, err := os.ReadFile(g.manifestPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(g.manifestPath); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the manifest holds the token: want mode 0600, got %v %v", fi.Mode(), err)
+	}
+	objs := decodeManifest(t, data)
+	if len(objs) != 6 {
+		t.Fatalf("want 6 objects, got %d", len(objs))
+	}
+	sa, ok1 := objs[0].(*corev1.ServiceAccount)
+	binding, ok2 := objs[1].(*rbacv1.RoleBinding)
+	role, ok3 := objs[2].(*rbacv1.Role)
+	tokenBinding, ok4 := objs[3].(*rbacv1.RoleBinding)
+	secret, ok5 := objs[4].(*corev1.Secret)
+	runner, ok6 := objs[5].(*workloadsv1alpha1.GitLabRunner)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 {
+		t.Fatalf("kinds %T %T %T %T %T %T", objs[0], objs[1], objs[2], objs[3], objs[4], objs[5])
+	}
+	for _, o := range []interface{ GetNamespace() string }{sa, binding, role, tokenBinding, secret, runner} {
+		if o.GetNamespace() != demoNamespace {
+			t.Fatalf("%T in namespace %q, want %q", o, o.GetNamespace(), demoNamespace)
+		}
+	}
+	subject := rbacv1.Subject{Kind: "ServiceAccount", Name: workloadsv1alpha1.RunnerServiceAccount, Namespace: demoNamespace}
+	if sa.Name != workloadsv1alpha1.RunnerServiceAccount ||
+		binding.RoleRef.Kind != "ClusterRole" || binding.RoleRef.Name != "macrack-gitlab-runner" || binding.Subjects[0] != subject ||
+		tokenBinding.RoleRef.Kind != "Role" || tokenBinding.RoleRef.Name != role.Name || tokenBinding.Subjects[0] != subject {
+		t.Fatalf("identity %+v %+v %+v", sa, binding, tokenBinding)
+	}
+	rule := role.Rules[0]
+	if len(role.Rules) != 1 || rule.Verbs[0] != "get" || len(rule.Verbs) != 1 || rule.Resources[0] != "secrets" ||
+		len(rule.ResourceNames) != 1 || rule.ResourceNames[0] != secret.Name {
+		t.Fatalf("the role must get the token Secret by name only: %+v", role.Rules)
+	}
+	s := runner.Spec
+	if s.LeaseName != demoLease || s.ImageName != simGoldenName || s.Concurrency != 2 || s.GitLab.URL != g.srv.URL() ||
+		s.GitLab.TokenSecretRef.Name != secret.Name || strings.TrimSpace(s.GitLab.CABundle) != strings.TrimSpace(string(g.srv.CABundle())) {
+		t.Fatalf("runner %+v", s)
+	}
+
+	// The token and the CA bundle file reach the fake, as the runner's
+	// controller and its guests will; a wrong token does not.
+	ca, err := os.ReadFile(g.caPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := gitlab.New(s.GitLab.URL, gitlab.Options{CABundle: ca})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.VerifyRunner(ctx, secret.StringData["token"], "s_demo"); err != nil {
+		t.Fatalf("the manifest's token: %v", err)
+	}
+	if _, err := c.VerifyRunner(ctx, "glrt-wrong", "s_demo"); !errors.Is(err, gitlab.ErrForbidden) {
+		t.Fatalf("a wrong token: want forbidden, got %v", err)
+	}
+
+	// The job the printed curl line queues is one the fake takes.
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	resp, err := hc.Post(g.srv.URL()+"/-/fake/jobs", "", strings.NewReader(demoJob))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("queueing the printed job: %d", resp.StatusCode)
+	}
+	if jobs := g.srv.Jobs(); len(jobs) != 1 || jobs[0].ID != firstJobID {
+		t.Fatalf("the hint reads the trace of job %d: %+v", firstJobID, jobs)
+	}
+	if h := g.hint(); !strings.Contains(h, g.caPath) || !strings.Contains(h, g.manifestPath) || strings.Contains(h, secret.StringData["token"]) {
+		t.Fatalf("the hint names the CA file and the manifest, never the token:\n%s", h)
+	}
+}
