@@ -67,6 +67,8 @@ type bootWorkload struct {
 	refuse bool
 	mu     sync.Mutex
 	job    *guest.JobReport
+	// stops counts the guest's Stop calls: the agent asked it to shut down.
+	stops int
 }
 
 func (w *bootWorkload) Configure(_ context.Context, c guest.Config) error {
@@ -91,7 +93,18 @@ func (w *bootWorkload) Status() (bool, *guest.JobReport) {
 	return ok, &j
 }
 
-func (w *bootWorkload) Stop(context.Context) error { return nil }
+func (w *bootWorkload) Stop(context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stops++
+	return nil
+}
+
+func (w *bootWorkload) stopped() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stops
+}
 
 func (w *bootWorkload) setJob(j guest.JobReport) {
 	w.mu.Lock()
@@ -588,3 +601,30 @@ func TestAGuestsJobIsTakenOnlyAsTheAPIWouldAcceptIt(t *testing.T) {
 
 func ptrInt32(v int32) *int32 { return &v }
 func ptrInt64(v int64) *int64 { return &v }
+
+// A deleted instance's VM is stopped through its guest, as a quarantine
+// stops it: the guest's workload gets to report its job before the VM
+// goes, and the stop is on record.
+func TestADeletedInstancesGuestIsStoppedBeforeItsVM(t *testing.T) {
+	cr := newConfigRig(t, false, "ci-1")
+	cr.giveConfig("ci-1", cr.seal(cr.key, testNS, "ci-1", testNode))
+	cr.running("ci-1")
+	w := cr.workloads.latest(t, "ci-1")
+	if w.stopped() != 0 {
+		t.Fatal("stopped before the delete")
+	}
+	if err := cr.c.Delete(context.Background(), cr.instance("ci-1")); err != nil {
+		t.Fatal(err)
+	}
+	cr.pass("ci-1")
+	if n := w.stopped(); n != 1 {
+		t.Fatalf("the guest's workload was stopped %d times, want once, before the VM", n)
+	}
+	recorded := false
+	for _, wr := range cr.recorded() {
+		recorded = recorded || strings.Contains(string(wr.body), `"reason":"InstanceDeleted"`)
+	}
+	if !recorded {
+		t.Fatal("no status write recorded the stop of the deleted instance")
+	}
+}

@@ -439,11 +439,22 @@ func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *compute
 		return nil
 	}
 	uid := string(inst.UID)
-	if err := r.stop(ctx, uid); err != nil {
+	// Gently, as a quarantine does: the guest is asked first, so that its
+	// workload (a CI job) is reported as the system's failure before the
+	// VM goes, rather than left running in the CI system.
+	method, err := r.stopGracefully(ctx, log, uid)
+	if err != nil {
 		return fmt.Errorf("stopping %s: %w", uid, err)
 	}
-	if err := r.report(ctx, inst, computev1alpha1.VMStopped, "stopped; wiping the disk", nil); err != nil {
+	var stop *computev1alpha1.VMStop
+	if method != "" {
+		stop = &computev1alpha1.VMStop{Method: method, Reason: StopReasonDeleted, At: metav1.NewTime(r.Clock.Now().UTC().Truncate(time.Second))}
+	}
+	if err := r.reportStopped(ctx, inst, "stopped; wiping the disk", stop); err != nil {
 		return err
+	}
+	if err := r.Launcher.Remove(ctx, uid); err != nil {
+		return fmt.Errorf("removing the helper of %s: %w", uid, err)
 	}
 	ev, err := r.Disks.Wipe(uid)
 	if err != nil {

@@ -23,6 +23,10 @@ import (
 // stopped because its chassis' kernel VM quota stuck.
 const StopReasonChassisQuarantined = "ChassisQuarantined"
 
+// StopReasonDeleted is status.runtime.lastStop.reason for the VM of a
+// deleted instance.
+const StopReasonDeleted = "InstanceDeleted"
+
 // fence keeps the instance's VM down while its chassis is quarantined: a
 // VM that runs is stopped gracefully, how is recorded in
 // status.runtime.lastStop, and the inventory is reported at once, since

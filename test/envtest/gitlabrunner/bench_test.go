@@ -32,14 +32,17 @@ const benchJobs = 20
 // BenchmarkGitLabRunner measures, on one sim chassis with real vm-helper
 // processes and a fake GitLab over TLS, each guest polling GitLab every
 // 3s as gitlab-runner does by default:
+//
 //   - queue-to-start with a warm pool (VMs booted and waiting): p50 and max
 //     of 10 jobs, one at a time;
+//
 //   - queue-to-start with a cold pool: the runner is created with a job
 //     queued, so the VM is cloned, booted and configured first;
+//
 //   - jobs per hour one chassis sustains at concurrency 2, each job a 5s
 //     script, each in a fresh VM (create, clone, boot, job, stop, wipe).
 //
-//	go test -run '^$' -bench BenchmarkGitLabRunner -benchtime=1x ./test/envtest/gitlabrunner/
+//     go test -run '^$' -bench BenchmarkGitLabRunner -benchtime=1x ./test/envtest/gitlabrunner/
 func BenchmarkGitLabRunner(b *testing.B) {
 	ctx := context.Background()
 	log := logr.Discard()

@@ -451,13 +451,17 @@ var _ = Describe("A GitLabRunner", Ordered, func() {
 		Expect(t.Client.Delete(ctx, fresh(one))).To(Succeed())
 	})
 
-	It("is refused by its schema an http GitLab and a name its VMs could not carry", func() {
-		t := &ciTenant{Tenant: mustTenant(), lease: &leasingv1alpha1.MacNodeLease{ObjectMeta: metav1.ObjectMeta{Name: "build"}}}
+	It("is refused by its schema an http GitLab, a tag with a comma and a name its VMs could not carry", func() {
+		t := &ciTenant{Tenant: mustTenant(), tag: "macos", lease: &leasingv1alpha1.MacNodeLease{ObjectMeta: metav1.ObjectMeta{Name: "build"}}}
 		r := t.runner("plain", 1, "200Gi")
 		r.Spec.GitLab.URL = "http://gitlab.example.com"
 		err := t.Client.Create(ctx, r)
 		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
 		Expect(err.Error()).To(ContainSubstring("url must be an https URL"))
+		comma := t.runner("comma", 1, "200Gi")
+		comma.Spec.Tags = []string{"macos,linux"}
+		err = t.Client.Create(ctx, comma)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "a comma makes two tags in GitLab's tag_list: %v", err)
 		long := t.runner(strings.Repeat("r", 49), 1, "200Gi")
 		err = t.Client.Create(ctx, long)
 		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
