@@ -88,8 +88,9 @@ func (r *Instances) tendGuest(ctx context.Context, log logr.Logger, c *helper.Cl
 // owesConfig reports whether the guest is to be handed the instance's
 // sealed config now: there is one, it did not open before (Unreadable
 // stands: neither the spec nor the chassis' key changes), the guest says
-// it has none (it restarted, say, after a host reboot), and the VM's one
-// job has not ended, since a VM takes no other.
+// it has none (it restarted, say, after a host reboot), and the VM has
+// taken no job yet: a VM whose job started runs no other, even when a
+// restart interrupted that job, since its disk holds what the job left.
 func owesConfig(inst *computev1alpha1.MacOSInstance, rep guest.Report) bool {
 	if inst.Spec.GuestConfig == nil || rep.Configured {
 		return false
@@ -101,7 +102,7 @@ func owesConfig(inst *computev1alpha1.MacOSInstance, rep guest.Report) bool {
 	if rt.GuestConfig != nil && rt.GuestConfig.Phase == computev1alpha1.GuestConfigUnreadable {
 		return false
 	}
-	return rt.Job == nil || (rt.Job.Phase != computev1alpha1.JobSucceeded && rt.Job.Phase != computev1alpha1.JobFailed)
+	return rt.Job == nil || (rt.Job.Phase == computev1alpha1.JobWaiting && rt.Job.ID == 0)
 }
 
 // configureGuest opens the instance's sealed config with the chassis' key

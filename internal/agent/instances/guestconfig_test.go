@@ -439,6 +439,31 @@ func TestARestartedGuestIsConfiguredAgainUnlessItsJobEnded(t *testing.T) {
 	cr.assertNoLeak()
 }
 
+// A VM restarted under its job (a quarantine's reboot) is not configured
+// again either: its disk holds what the job left.
+func TestAGuestRestartedUnderItsJobIsNotConfiguredAgain(t *testing.T) {
+	cr := newConfigRig(t, false, "ci-1")
+	cr.giveConfig("ci-1", cr.seal(cr.key, testNS, "ci-1", testNode))
+	cr.running("ci-1")
+	now := time.Now().UTC()
+	cr.workloads.latest(t, "ci-1").setJob(guest.JobReport{Phase: guest.JobRunning, ID: 9, StartedAt: &now})
+	cr.pass("ci-1")
+	if j := cr.instance("ci-1").Status.Runtime.Job; j == nil || j.Phase != computev1alpha1.JobRunning {
+		t.Fatalf("job %+v, want Running", j)
+	}
+	if _, err := cr.helperOf("ci-1").StopVM(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	cr.running("ci-1")
+	boots := cr.workloads.boots("ci-1")
+	if len(boots) != 2 || boots[1].token() != "" {
+		t.Fatalf("%d boots, the last configured: a VM restarted under its job must take no other", len(boots))
+	}
+	if j := cr.instance("ci-1").Status.Runtime.Job; j == nil || j.Phase != computev1alpha1.JobRunning || j.ID != 9 {
+		t.Fatalf("job %+v after the restart, want the interrupted job's record to stand", j)
+	}
+}
+
 // The guest's job reaches status.runtime.job, times as the API keeps them;
 // a report that changes nothing is no write (as TestAnUnchangedGuestReport
 // IsNoWriteUntilItsTimeIsStale for the rest), and one that changes the job
