@@ -93,13 +93,14 @@ func macNode(name, serial string) *unstructured.Unstructured {
 }
 
 var _ = Describe("The CRDs", func() {
-	It("are the five MacRack kinds", func() {
+	It("are the six MacRack kinds", func() {
 		Expect(env.CRDNames()).To(ConsistOf(
 			"macnodeclasses.fleet.macrack.io",
 			"macnodes.fleet.macrack.io",
 			"macosimages.fleet.macrack.io",
 			"macnodeleases.leasing.macrack.io",
 			"macosinstances.compute.macrack.io",
+			"gitlabrunners.workloads.macrack.io",
 		))
 	})
 })
@@ -140,7 +141,7 @@ var _ = Describe("Every sample in config/samples", func() {
 				kinds[u.GetKind()] = true
 			}
 		}
-		Expect(kinds).To(HaveLen(5), "the samples show every kind")
+		Expect(kinds).To(HaveLen(6), "the samples show every kind")
 	})
 })
 
