@@ -17,16 +17,22 @@ pkg=k8s.io/component-base/version
 ldflags="-s -w -X ${pkg}.gitVersion=${k8s_version} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=37 -X ${pkg}.gitTreeState=clean"
 
 cd "$here"
+stale=()
 for t in "${targets[@]}"; do
   bin="$out/$t"
   if [ -x "$bin" ] && [ "$bin" -nt go.mod ] && [ "$bin" -nt go.sum ] && [ "$bin" -nt "$0" ] && [ "$bin" -nt "$t/main.go" ]; then
     echo "controlplane: $t is current"
-    continue
+  else
+    stale+=("$t")
   fi
-  echo "controlplane: building $t (cold builds take a few minutes)"
-  # The project's own build flags (no -trimpath, cgo as the machine has
-  # it), and go.mod's versions aligned with the project's: every package
-  # both compile is compiled once, and `make test` finds it in the cache.
-  go build -ldflags "$ldflags" -o "$bin.tmp" "./$t"
-  mv "$bin.tmp" "$bin"
 done
+[ ${#stale[@]} -gt 0 ] || exit 0
+echo "controlplane: building ${stale[*]} (cold builds take a few minutes)"
+# The project's own build flags (no -trimpath, cgo as the machine has it),
+# and go.mod's versions aligned with the project's: every package both
+# compile is compiled once, and `make test` finds it in the cache. One go
+# build for all: one schedule for both cores, not one tail per binary.
+tmp=$(mktemp -d "$out/.build.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+go build -ldflags "$ldflags" -o "$tmp/" "${stale[@]/#/./}"
+for t in "${stale[@]}"; do mv "$tmp/$t" "$out/$t"; done
