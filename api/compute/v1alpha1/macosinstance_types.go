@@ -235,6 +235,14 @@ type VMStop struct {
 	At metav1.Time `json:"at"`
 }
 
+// The reasons the agent gives in VMStop.reason.
+const (
+	// StopReasonChassisQuarantined: the chassis' kernel VM quota stuck.
+	StopReasonChassisQuarantined = "ChassisQuarantined"
+	// StopReasonInstanceDeleted: the instance was deleted.
+	StopReasonInstanceDeleted = "InstanceDeleted"
+)
+
 // MacOSInstanceStatus is split by owner: nodeName and the Placed condition are
 // the operator's, runtime is the host agent's.
 type MacOSInstanceStatus struct {

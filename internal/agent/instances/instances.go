@@ -448,7 +448,7 @@ func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *compute
 	}
 	var stop *computev1alpha1.VMStop
 	if method != "" {
-		stop = &computev1alpha1.VMStop{Method: method, Reason: StopReasonDeleted, At: metav1.NewTime(r.Clock.Now().UTC().Truncate(time.Second))}
+		stop = &computev1alpha1.VMStop{Method: method, Reason: computev1alpha1.StopReasonInstanceDeleted, At: metav1.NewTime(r.Clock.Now().UTC().Truncate(time.Second))}
 	}
 	if err := r.reportStopped(ctx, inst, "stopped; wiping the disk", stop); err != nil {
 		return err

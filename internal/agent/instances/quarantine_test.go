@@ -250,8 +250,8 @@ func TestAQuarantinedChassisStopsItsVMsGentlestFirst(t *testing.T) {
 			if rt == nil || rt.Phase != computev1alpha1.VMStopped {
 				t.Fatalf("runtime %+v, want Stopped", rt)
 			}
-			if rt.LastStop == nil || rt.LastStop.Method != tc.method || rt.LastStop.Reason != StopReasonChassisQuarantined || rt.LastStop.At.IsZero() {
-				t.Fatalf("lastStop %+v, want %s for %s", rt.LastStop, tc.method, StopReasonChassisQuarantined)
+			if rt.LastStop == nil || rt.LastStop.Method != tc.method || rt.LastStop.Reason != computev1alpha1.StopReasonChassisQuarantined || rt.LastStop.At.IsZero() {
+				t.Fatalf("lastStop %+v, want %s for %s", rt.LastStop, tc.method, computev1alpha1.StopReasonChassisQuarantined)
 			}
 			for _, want := range []string{"quarantined", "kernel VM quota stuck", "restarts after"} {
 				if !strings.Contains(rt.Message, want) {
@@ -377,8 +377,8 @@ func TestTheHostIsNotRebootedBeforeEveryStopIsOnRecord(t *testing.T) {
 		t.Fatalf("rebooted %d times once the stop was recorded, want once", n)
 	}
 	if rt := qr.instance("ci-1").Status.Runtime; rt.LastStop == nil || rt.LastStop.Method != computev1alpha1.StopMethod(method) ||
-		rt.LastStop.Reason != StopReasonChassisQuarantined {
-		t.Errorf("lastStop %+v, want %s for %s", rt.LastStop, method, StopReasonChassisQuarantined)
+		rt.LastStop.Reason != computev1alpha1.StopReasonChassisQuarantined {
+		t.Errorf("lastStop %+v, want %s for %s", rt.LastStop, method, computev1alpha1.StopReasonChassisQuarantined)
 	}
 }
 

@@ -19,14 +19,6 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/guest"
 )
 
-// StopReasonChassisQuarantined is status.runtime.lastStop.reason for a VM
-// stopped because its chassis' kernel VM quota stuck.
-const StopReasonChassisQuarantined = "ChassisQuarantined"
-
-// StopReasonDeleted is status.runtime.lastStop.reason for the VM of a
-// deleted instance.
-const StopReasonDeleted = "InstanceDeleted"
-
 // fence keeps the instance's VM down while its chassis is quarantined: a
 // VM that runs is stopped gracefully, how is recorded in
 // status.runtime.lastStop, and the inventory is reported at once, since
@@ -47,7 +39,7 @@ func (r *Instances) fence(ctx context.Context, log logr.Logger, inst *computev1a
 	}
 	var stop *computev1alpha1.VMStop
 	if method != "" {
-		stop = &computev1alpha1.VMStop{Method: method, Reason: StopReasonChassisQuarantined,
+		stop = &computev1alpha1.VMStop{Method: method, Reason: computev1alpha1.StopReasonChassisQuarantined,
 			At: metav1.NewTime(r.Clock.Now().UTC().Truncate(time.Second))}
 		log.Info("Stopped the VM of a quarantined chassis", "MacOSInstance", key, "stop", method)
 		r.Recorder.Eventf(mn, nil, corev1.EventTypeNormal, fleetv1alpha1.ReasonStoppingVMs, "Stop",
