@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,12 +19,23 @@ const (
 	// binding's release) write the phase on their own, so the phase is
 	// compared with the one last journaled, not with this pass's read.
 	observedChassisPhase = "phase"
+	// observedImages: the verified copies last journaled, as sorted
+	// name@digest joined by commas. The agent reports its cache; the
+	// journal's records are its changes.
+	observedImages = "images"
+)
+
+// Record types of a chassis' golden copies.
+const (
+	RecordReplicated = "replicated"
+	RecordEvicted    = "evicted"
 )
 
 // JournalChassis appends the records a MacNode's status write carries:
 // enrolled (its first write), each phase it enters, bound and unbound as
-// its binding is given and taken back, and each step of a quarantine. A quarantine's start and end
-// are a pair, each naming the lease and tenant the outage fell on.
+// its binding is given and taken back, each step of a quarantine, and each
+// golden copy that verified (replicated) or went (evicted). A quarantine's
+// start and end are a pair, each naming the lease and tenant the outage fell on.
 func JournalChassis(before *fleetv1alpha1.MacNodeStatus, mn *fleetv1alpha1.MacNode, now time.Time) (dropped int) {
 	after := &mn.Status
 	var recs []fleetv1alpha1.AuditRecord
@@ -45,9 +57,12 @@ func JournalChassis(before *fleetv1alpha1.MacNodeStatus, mn *fleetv1alpha1.MacNo
 	}
 	recs = append(recs, bindingRecords(after, mn.Spec.Serial, now)...)
 	recs = append(recs, quarantineRecords(before.Quarantine, after.Quarantine, after.Binding, mn.Spec.Serial)...)
+	copies := verifiedCopies(after.Reported)
+	recs = append(recs, copyRecords(after.Audit, copies, mn.Spec.Serial, now)...)
 	dropped = Append(&after.Audit, recs...)
 	if after.Audit != nil {
 		setObserved(after.Audit, observedChassisPhase, string(after.Phase))
+		setObserved(after.Audit, observedImages, strings.Join(copies, ","))
 	}
 	if b := after.Binding; b != nil {
 		setObserved(after.Audit, observedLease, string(b.LeaseUID))
@@ -93,6 +108,45 @@ func bindingRecords(st *fleetv1alpha1.MacNodeStatus, serial string, now time.Tim
 			"serial": serial, "tenant": b.LeaseNamespace, "lease": b.LeaseName, "leaseUID": string(b.LeaseUID),
 			"earliestReleaseAt": stamp(&b.EarliestReleaseAt),
 		}))
+	}
+	return out
+}
+
+// verifiedCopies are the goldens the agent reports a Ready copy of, as
+// sorted name@digest.
+func verifiedCopies(r *fleetv1alpha1.ReportedFacts) []string {
+	if r == nil {
+		return nil
+	}
+	var out []string
+	for _, i := range r.Images {
+		if i.Phase == fleetv1alpha1.ImageReady && i.Name != "" && i.Digest != "" {
+			out = append(out, i.Name+"@"+i.Digest)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// copyRecords compares the verified copies with those last journaled: a
+// record for each that joined, and each that left.
+func copyRecords(j *fleetv1alpha1.AuditJournal, copies []string, serial string, now time.Time) []fleetv1alpha1.AuditRecord {
+	var last []string
+	if j != nil && j.Observed[observedImages] != "" {
+		last = strings.Split(j.Observed[observedImages], ",")
+	}
+	var out []fleetv1alpha1.AuditRecord
+	for _, c := range []struct {
+		typ      string
+		from, to []string
+	}{{RecordReplicated, last, copies}, {RecordEvicted, copies, last}} {
+		for _, cp := range c.to {
+			if _, found := slices.BinarySearch(c.from, cp); found {
+				continue
+			}
+			name, digest, _ := strings.Cut(cp, "@")
+			out = append(out, record(c.typ, now, "", "", map[string]string{"serial": serial, "image": name, "digest": digest}))
+		}
 	}
 	return out
 }

@@ -481,37 +481,71 @@ func TestJournalChassisQuarantineOfAnUnleasedChassisNamesNoTenant(t *testing.T) 
 	}
 }
 
-func TestJournalImageIsOneRecordPerPass(t *testing.T) {
+func TestJournalImageRecordsEachDigestResolved(t *testing.T) {
 	img := &fleetv1alpha1.MacOSImage{}
-	img.Name, img.UID = "sequoia", "image-uid-1"
-	img.Status.Resolved = &fleetv1alpha1.ResolvedImage{Digest: "sha256:abc", MacOSVersion: "15.5"}
-	write := func(now time.Time, on ...string) int64 {
+	img.Name, img.UID, img.Spec.Source = "sequoia", "image-uid-1", "registry.example/goldens/sequoia@sha256:abc"
+	write := func(now time.Time, res *fleetv1alpha1.ResolvedImage) int64 {
 		before := img.Status.DeepCopy()
 		from := next(img.Status.Audit)
-		img.Status.ReplicatedOn = on
+		img.Status.Resolved = res
 		JournalImage(before, img, now)
 		return from
 	}
-	from := write(at(time.Minute), "C1", "C2", "C3")
-	if got := types(img.Status.Audit, from); !slices.Equal(got, []string{"replicated"}) {
-		t.Fatalf("a fleet's pull: %v, want one replicated record", got)
+	if from := write(at(0), nil); len(types(img.Status.Audit, from)) != 0 {
+		t.Errorf("an unresolved image journaled %v", types(img.Status.Audit, from))
 	}
-	r := last(t, img.Status.Audit, "replicated")
-	if r.Attributes["serials"] != "C1,C2,C3" || r.Attributes["count"] != "3" || r.Attributes["digest"] != "sha256:abc" || !r.Time.Time.Equal(at(time.Minute)) {
+	from := write(at(time.Minute), &fleetv1alpha1.ResolvedImage{Digest: "sha256:abc", MacOSVersion: "15.5"})
+	if got := types(img.Status.Audit, from); !slices.Equal(got, []string{RecordResolved}) {
+		t.Fatalf("resolving: %v, want one resolved record", got)
+	}
+	r := last(t, img.Status.Audit, RecordResolved)
+	if r.Attributes["digest"] != "sha256:abc" || r.Attributes["macOSVersion"] != "15.5" || r.Attributes["image"] != "sequoia" ||
+		r.Attributes["source"] != img.Spec.Source || !r.Time.Time.Equal(at(time.Minute)) {
+		t.Errorf("resolved: %+v", r)
+	}
+	if from = write(at(2*time.Minute), &fleetv1alpha1.ResolvedImage{Digest: "sha256:abc", MacOSVersion: "15.5"}); len(types(img.Status.Audit, from)) != 0 {
+		t.Errorf("the same digest journaled %v", types(img.Status.Audit, from))
+	}
+	if from = write(at(3*time.Minute), &fleetv1alpha1.ResolvedImage{Digest: "sha256:def"}); !slices.Equal(types(img.Status.Audit, from), []string{RecordResolved}) {
+		t.Errorf("a new digest journaled %v, want one resolved record", types(img.Status.Audit, from))
+	}
+}
+
+func TestJournalChassisRecordsEachCopy(t *testing.T) {
+	mn := newChassis()
+	chassisWrite(mn, at(0), func(s *fleetv1alpha1.MacNodeStatus) { s.Phase = fleetv1alpha1.MacNodeReady })
+	report := func(imgs ...fleetv1alpha1.ReportedImage) func(*fleetv1alpha1.MacNodeStatus) {
+		return func(s *fleetv1alpha1.MacNodeStatus) { s.Reported = &fleetv1alpha1.ReportedFacts{Images: imgs} }
+	}
+	ready := func(name, digest string) fleetv1alpha1.ReportedImage {
+		return fleetv1alpha1.ReportedImage{Name: name, Digest: digest, Phase: fleetv1alpha1.ImageReady}
+	}
+	pulling := fleetv1alpha1.ReportedImage{Name: "tahoe", Digest: "sha256:t", Phase: fleetv1alpha1.ImagePulling}
+
+	from := chassisWrite(mn, at(time.Minute), report(ready("sequoia", "sha256:s"), pulling))
+	if got := types(mn.Status.Audit, from); !slices.Equal(got, []string{RecordReplicated}) {
+		t.Fatalf("one copy verified, one pulling: %v, want one replicated record", got)
+	}
+	if r := last(t, mn.Status.Audit, RecordReplicated); r.Attributes["serial"] != mn.Spec.Serial ||
+		r.Attributes["image"] != "sequoia" || r.Attributes["digest"] != "sha256:s" || !r.Time.Time.Equal(at(time.Minute)) {
 		t.Errorf("replicated: %+v", r)
 	}
-	if from = write(at(2*time.Minute), "C1", "C2", "C3"); len(types(img.Status.Audit, from)) != 0 {
-		t.Errorf("an unchanged list journaled %v", types(img.Status.Audit, from))
+	if from = chassisWrite(mn, at(2*time.Minute), report(ready("sequoia", "sha256:s"), pulling)); len(types(mn.Status.Audit, from)) != 0 {
+		t.Errorf("an unchanged cache journaled %v", types(mn.Status.Audit, from))
 	}
-	from = write(at(3*time.Minute), "C2", "C4")
-	if got, want := types(img.Status.Audit, from), []string{"replicated", "evicted"}; !slices.Equal(got, want) {
-		t.Fatalf("one joined, two left: %v, want %v", got, want)
+	from = chassisWrite(mn, at(3*time.Minute), report(ready("tahoe", "sha256:t")))
+	if got, want := types(mn.Status.Audit, from), []string{RecordReplicated, RecordEvicted}; !slices.Equal(got, want) {
+		t.Fatalf("one verified, one went: %v, want %v", got, want)
 	}
-	if r := last(t, img.Status.Audit, "replicated"); r.Attributes["serials"] != "C4" || r.Attributes["count"] != "1" {
-		t.Errorf("replicated: %+v", r.Attributes)
-	}
-	if e := last(t, img.Status.Audit, "evicted"); e.Attributes["serials"] != "C1,C3" || e.Attributes["count"] != "2" {
+	if e := last(t, mn.Status.Audit, RecordEvicted); e.Attributes["image"] != "sequoia" || e.Attributes["digest"] != "sha256:s" {
 		t.Errorf("evicted: %+v", e.Attributes)
+	}
+	from = chassisWrite(mn, at(4*time.Minute), func(s *fleetv1alpha1.MacNodeStatus) { s.Reported = nil })
+	if got := types(mn.Status.Audit, from); !slices.Equal(got, []string{RecordEvicted}) {
+		t.Errorf("no report: %v, want the last copy evicted", got)
+	}
+	if _, ok := mn.Status.Audit.Observed[observedImages]; ok {
+		t.Errorf("an empty cache left %q observed", mn.Status.Audit.Observed[observedImages])
 	}
 }
 

@@ -33,16 +33,30 @@ const (
 	// unbound and not being deleted, by spec.nodeClassName: a bind reads the
 	// free chassis of its class, not the whole class.
 	FreeMacNodeByClass = "fleet.macrack.io/free-macnode-by-class"
-	// MacNodeByVerifiedImage indexes MacNodes by each golden their agent
-	// reports a Ready copy of, as VerifiedImageKey(name, digest).
-	MacNodeByVerifiedImage = "fleet.macrack.io/macnode-by-verified-image"
 	// PlaceholderByNode indexes the placeholder Pods (label
 	// macrack.io/placeholder=true) by spec.nodeName.
 	PlaceholderByNode = "macrack.io/placeholder-by-node"
 )
 
-// VerifiedImageKey is the MacNodeByVerifiedImage value of a verified copy.
+// VerifiedImageKey names a verified copy of a golden: its name and digest.
 func VerifiedImageKey(name, digest string) string { return name + "@" + digest }
+
+// VerifiedImages are the goldens a MacNode's agent reports a Ready copy
+// of, as VerifiedImageKey(name, digest): a pull's progress changes none of
+// them. The image controller counts chassis by them (a Count).
+func VerifiedImages(o client.Object) []string {
+	n, ok := o.(*fleetv1alpha1.MacNode)
+	if !ok || n.Status.Reported == nil {
+		return nil
+	}
+	var keys []string
+	for _, i := range n.Status.Reported.Images {
+		if i.Phase == fleetv1alpha1.ImageReady && i.Name != "" && i.Digest != "" {
+			keys = append(keys, VerifiedImageKey(i.Name, i.Digest))
+		}
+	}
+	return keys
+}
 
 // LeaseKey is the InstanceByLease value of a lease.
 func LeaseKey(namespace, name string) string { return namespace + "/" + name }
@@ -96,19 +110,6 @@ func Definitions() []Definition {
 				return nil
 			}
 			return nonEmpty(n.Spec.NodeClassName)
-		}},
-		{&fleetv1alpha1.MacNode{}, MacNodeByVerifiedImage, func(o client.Object) []string {
-			r := o.(*fleetv1alpha1.MacNode).Status.Reported
-			if r == nil {
-				return nil
-			}
-			var keys []string
-			for _, i := range r.Images {
-				if i.Phase == fleetv1alpha1.ImageReady && i.Name != "" && i.Digest != "" {
-					keys = append(keys, VerifiedImageKey(i.Name, i.Digest))
-				}
-			}
-			return keys
 		}},
 	}
 }

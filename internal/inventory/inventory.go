@@ -154,15 +154,12 @@ func (b Builder) listInstances(ctx context.Context, inv map[string]any, role str
 	return nil
 }
 
-// addImage reads the golden image a new instance boots from, without its
-// status.replicatedOn: that lists every chassis holding a copy, so it grows
-// with the fleet, and no rule reads it.
+// addImage reads the golden image a new instance boots from.
 func (b Builder) addImage(ctx context.Context, inv map[string]any, name string) error {
 	if name == "" {
 		return nil
 	}
-	img := &fleetv1alpha1.MacOSImage{}
-	return b.get(ctx, client.ObjectKey{Name: name}, img, inv, "image", func() { img.Status.ReplicatedOn = nil })
+	return b.get(ctx, client.ObjectKey{Name: name}, &fleetv1alpha1.MacOSImage{}, inv, "image")
 }
 
 func (b Builder) addClass(ctx context.Context, inv map[string]any, name string) error {
@@ -198,8 +195,7 @@ func (b Builder) get(ctx context.Context, key client.ObjectKey, obj client.Objec
 
 // toMap converts a typed object to the map the rules read, without
 // managedFields. They are not converted at all: they are most of many
-// objects' metadata, and a MacOSImage's grow with the fleet (one entry per
-// serial in status.replicatedOn).
+// objects' metadata.
 func toMap(obj runtime.Object) (map[string]any, error) {
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(withoutManagedFields(obj))
 	if err != nil {

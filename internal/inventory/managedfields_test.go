@@ -12,8 +12,8 @@ import (
 func TestToMapLeavesManagedFieldsOutAndTheObjectAlone(t *testing.T) {
 	img := &fleetv1alpha1.MacOSImage{ObjectMeta: metav1.ObjectMeta{Name: "sequoia", Labels: map[string]string{"a": "b"},
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "macrack-operator", Operation: metav1.ManagedFieldsOperationUpdate,
-			FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:status":{"f:replicatedOn":{}}}`)}}},
-		Status: fleetv1alpha1.MacOSImageStatus{ReplicatedOn: []string{"C02A"}}}
+			FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:status":{"f:replicas":{}}}`)}}},
+		Status: fleetv1alpha1.MacOSImageStatus{Replicas: 1}}
 	m, err := ToMap(img)
 	if err != nil {
 		t.Fatal(err)

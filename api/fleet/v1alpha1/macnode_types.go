@@ -167,7 +167,7 @@ type ReportedFacts struct {
 	// +optional
 	Quota *QuotaReport `json:"quota,omitempty"`
 	// images lists the goldens in the chassis' cache, each with its pull
-	// state. The operator lists a serial in MacOSImage.status.replicatedOn
+	// state. The operator counts a chassis in MacOSImage.status.replicas
 	// only for a Ready copy.
 	// +optional
 	// +listType=map

@@ -102,11 +102,13 @@ type MacOSImageStatus struct {
 	// +optional
 	Resolved *ResolvedImage `json:"resolved,omitempty"`
 
-	// replicatedOn lists the serials of the chassis whose copy of the golden
-	// has verified, chunk by chunk: a chassis still pulling is not listed.
+	// replicas is how many chassis hold a copy of the resolved digest that
+	// has verified, chunk by chunk: a chassis still pulling is not counted.
+	// Which chassis they are, each MacNode's status.reported.images says,
+	// and the chassis' audit records (replicated, evicted) tell over time.
 	// +optional
-	// +listType=set
-	ReplicatedOn []string `json:"replicatedOn,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	Replicas int32 `json:"replicas,omitempty"`
 
 	// conditions: Resolved.
 	// +optional
@@ -128,7 +130,7 @@ type MacOSImageStatus struct {
 // +kubebuilder:printcolumn:name="Disk",type=string,JSONPath=`.status.resolved.diskSize`
 // +kubebuilder:printcolumn:name="Resolved",type=string,JSONPath=`.status.conditions[?(@.type=="Resolved")].status`
 // +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.spec.source`,priority=1
-// +kubebuilder:printcolumn:name="Replicas",type=string,JSONPath=`.status.replicatedOn`,priority=1
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.status.replicas`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // MacOSImage is a golden image, one per macOS plus Xcode.

@@ -532,11 +532,6 @@ func (in *MacOSImageStatus) DeepCopyInto(out *MacOSImageStatus) {
 		*out = new(ResolvedImage)
 		(*in).DeepCopyInto(*out)
 	}
-	if in.ReplicatedOn != nil {
-		in, out := &in.ReplicatedOn, &out.ReplicatedOn
-		*out = make([]string, len(*in))
-		copy(*out, *in)
-	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]v1.Condition, len(*in))

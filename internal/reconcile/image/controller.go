@@ -1,6 +1,7 @@
 // Package image reconciles MacOSImages: it resolves each golden's pinned
 // OCI artifact into status.resolved, with the Resolved condition, and keeps
-// status.replicatedOn to the chassis whose agents report a verified copy.
+// status.replicas to the number of chassis whose agents report a verified
+// copy.
 // The artifact is the source of truth; the agent never writes MacOSImage.
 package image
 
@@ -8,22 +9,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/patch"
 )
 
@@ -45,15 +49,30 @@ type Reconciler struct {
 	// for others before the replicas are counted (DefaultReplicaCoalesce
 	// if zero).
 	ReplicaCoalesce time.Duration
+	// Replicas counts the chassis by the verified copies their agents
+	// report (NewReplicas), fed by the MacNode informer: a pass reads one
+	// number, whatever the fleet's size. SetupWithManager makes and feeds
+	// one if nil.
+	Replicas *index.Count
 }
 
-// DefaultReplicaCoalesce bounds status.replicatedOn's writes to one per
-// image every five seconds, and its lag behind the agents' reports to as
-// much.
+// DefaultReplicaCoalesce bounds status.replicas' writes to one per image
+// every five seconds, and its lag behind the agents' reports to as much.
 const DefaultReplicaCoalesce = 5 * time.Second
+
+// NewReplicas is the count of chassis by verified copy that Reconciler's
+// Replicas holds: a Count of MacNodes by index.VerifiedImages.
+func NewReplicas() *index.Count { return index.NewCount(index.VerifiedImages) }
 
 // SetupWithManager registers the controller and its watches.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Replicas == nil {
+		r.Replicas = NewReplicas()
+	}
+	after := r.ReplicaCoalesce
+	if after == 0 {
+		after = DefaultReplicaCoalesce
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&fleetv1alpha1.MacOSImage{}).
 		Named("macosimage").
@@ -61,80 +80,66 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// not after the default backoff's 16 minutes.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2,
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, time.Minute)}).
-		Watches(&fleetv1alpha1.MacNode{}, r.reportHandler()).
+		WatchesRawSource(r.reportSource(mgr.GetCache(), after)).
 		Complete(r)
 }
 
-// reportHandler enqueues the resolved images when the goldens a chassis
-// reports verified change, ReplicaCoalesce later: every report of a fleet pulling
-// at once within that window is one pass and one status write, not one
-// each. Every agent watches the MacOSImages, so each write of
-// status.replicatedOn (a serial per chassis) goes to the whole fleet. A
-// MacNode write that leaves its verified copies as they were (a pull's
-// progress, a slot, a binding) enqueues nothing.
-func (r *Reconciler) reportHandler() handler.TypedEventHandler[client.Object, reconcile.Request] {
-	after := r.ReplicaCoalesce
-	if after == 0 {
-		after = DefaultReplicaCoalesce
-	}
-	enqueue := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-		// AddAfter keeps the earliest time of an image already waiting:
-		// a report in the window joins the pass due, it never defers it.
-		for _, req := range r.resolvedImages(ctx) {
-			q.AddAfter(req, after)
-		}
-	}
-	return handler.Funcs{
-		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if len(verifiedCopies(e.Object)) > 0 {
-				enqueue(ctx, q)
-			}
-		},
-		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if !slices.Equal(verifiedCopies(e.ObjectOld), verifiedCopies(e.ObjectNew)) {
-				enqueue(ctx, q)
-			}
-		},
-		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			enqueue(ctx, q)
-		},
-	}
+// reportSource feeds Replicas from the MacNode informer and enqueues an
+// image when its count of verified copies changed, coalesce later: every
+// report of a fleet pulling at once within that window is one pass and one
+// status write, not one each. A MacNode write that leaves its verified
+// copies as they were (a pull's progress, a slot, a binding) enqueues
+// nothing, and a copy of one golden enqueues that golden alone. The
+// controller's workers wait for its sync: a pass never counts half a
+// fleet.
+func (r *Reconciler) reportSource(informers cache.Informers, coalesce time.Duration) source.SyncingSource {
+	return &replicaSource{informers: informers, replicas: r.Replicas, coalesce: coalesce, started: make(chan struct{})}
 }
 
-// verifiedCopies are the goldens a chassis' agent reports verified, as
-// name@digest: a pull's progress changes none of them.
-func verifiedCopies(o client.Object) []string {
-	n, ok := o.(*fleetv1alpha1.MacNode)
-	if !ok || n.Status.Reported == nil {
-		return nil
-	}
-	var out []string
-	for _, i := range n.Status.Reported.Images {
-		if i.Phase == fleetv1alpha1.ImageReady {
-			out = append(out, i.Name+"@"+i.Digest)
-		}
-	}
-	return out
+type replicaSource struct {
+	informers cache.Informers
+	replicas  *index.Count
+	coalesce  time.Duration
+	started   chan struct{} // closed once synced is set
+	synced    func() bool
 }
 
-// resolvedImages are the images a chassis' report may concern: a copy may
-// have verified or gone. An unresolved image has no copies to
-// count, and its retries are the rate limiter's. The catalogue is one
-// golden per macOS and Xcode pair, a handful.
-func (r *Reconciler) resolvedImages(ctx context.Context) []reconcile.Request {
-	list := &fleetv1alpha1.MacOSImageList{}
-	// Read, not copied: each carries a serial per chassis.
-	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Listing MacOSImages failed")
-		return nil
+func (s *replicaSource) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	inf, err := s.informers.GetInformer(ctx, &fleetv1alpha1.MacNode{})
+	if err != nil {
+		return fmt.Errorf("getting the MacNode informer: %w", err)
 	}
-	reqs := make([]reconcile.Request, 0, len(list.Items))
-	for _, i := range list.Items {
-		if i.Status.Resolved != nil {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&i)})
-		}
+	reg, err := inf.AddEventHandler(s.replicas.Handler(enqueueImage(q, s.coalesce)))
+	if err != nil {
+		return fmt.Errorf("counting the MacNodes' verified copies: %w", err)
 	}
-	return reqs
+	s.synced = reg.HasSynced
+	close(s.started)
+	return nil
+}
+
+func (s *replicaSource) WaitForSync(ctx context.Context) error {
+	select {
+	case <-s.started:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if !toolscache.WaitForCacheSync(ctx.Done(), s.synced) {
+		return fmt.Errorf("waiting for the count of verified copies to sync: %w", ctx.Err())
+	}
+	return nil
+}
+
+func (s *replicaSource) String() string { return "MacNode verified copies" }
+
+// enqueueImage enqueues the image of a verified copy's key, coalesce later.
+// AddAfter keeps the earliest time of an image already waiting: a report in
+// the window joins the pass due, it never defers it.
+func enqueueImage(q workqueue.TypedRateLimitingInterface[reconcile.Request], coalesce time.Duration) func(key string) {
+	return func(key string) {
+		name, _, _ := strings.Cut(key, "@")
+		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Name: name}}, coalesce)
+	}
 }
 
 // scope carries one pass's observations to the status computation.
@@ -142,8 +147,6 @@ type scope struct {
 	image *fleetv1alpha1.MacOSImage
 	// resolveReason and resolveMessage say why the artifact is not resolved.
 	resolveReason, resolveMessage string
-	// evicted are the serials whose verified copy went on this pass.
-	evicted []string
 }
 
 // Reconcile resolves one golden and counts its verified copies.
@@ -168,7 +171,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	}()
 
 	resolveErr := r.resolve(ctx, s)
-	if err := r.countReplicas(ctx, s); err != nil {
+	if err := r.countReplicas(s); err != nil {
 		return ctrl.Result{}, errors.Join(resolveErr, err)
 	}
 	// A registry that did not answer is retried with the controller's

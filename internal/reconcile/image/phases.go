@@ -107,51 +107,19 @@ func Resolved(g *golden.Golden, hardwareModel []byte) *fleetv1alpha1.ResolvedIma
 	}
 }
 
-// countReplicas sets replicatedOn to the serials whose agents report a Ready
-// copy of the resolved digest: a chassis still pulling, failed, or holding
-// another digest is not a replica. It reads the replicas through the
-// MacNodeByVerifiedImage index, not the fleet.
-func (r *Reconciler) countReplicas(ctx context.Context, s *scope) error {
+// countReplicas sets status.replicas to the number of chassis whose agents
+// report a Ready copy of the resolved digest: a chassis still pulling,
+// failed, or holding another digest is not a replica. It reads the count
+// Replicas keeps from the informer's events, not the fleet.
+func (r *Reconciler) countReplicas(s *scope) error {
 	img := s.image
-	var replicas []string
+	if r.Replicas == nil {
+		return errors.New("the image controller counts no replicas: Replicas is nil")
+	}
+	var n int
 	if res := img.Status.Resolved; res != nil {
-		// Read, never written: the cache's objects, uncopied.
-		nodes := &fleetv1alpha1.MacNodeList{}
-		if err := r.Client.List(ctx, nodes, client.MatchingFields{index.MacNodeByVerifiedImage: index.VerifiedImageKey(img.Name, res.Digest)},
-			client.UnsafeDisableDeepCopy); err != nil {
-			return fmt.Errorf("listing MacNodes for the replicas of %s: %w", img.Name, err)
-		}
-		replicas = make([]string, 0, len(nodes.Items))
-		for i := range nodes.Items {
-			if n := &nodes.Items[i]; holdsVerified(n, img.Name, res.Digest) {
-				replicas = append(replicas, n.Spec.Serial)
-			}
-		}
+		n = r.Replicas.Get(index.VerifiedImageKey(img.Name, res.Digest))
 	}
-	slices.Sort(replicas)
-	if slices.Equal(replicas, img.Status.ReplicatedOn) {
-		return nil // the steady pass: nothing joined, nothing left
-	}
-	for _, serial := range img.Status.ReplicatedOn {
-		if _, found := slices.BinarySearch(replicas, serial); !found {
-			s.evicted = append(s.evicted, serial)
-		}
-	}
-	if len(replicas) == 0 {
-		replicas = nil // omitted, as before: no empty list is written
-	}
-	img.Status.ReplicatedOn = replicas
+	img.Status.Replicas = int32(n)
 	return nil
-}
-
-func holdsVerified(n *fleetv1alpha1.MacNode, image, digest string) bool {
-	if n.Status.Reported == nil {
-		return false
-	}
-	for _, i := range n.Status.Reported.Images {
-		if i.Name == image && i.Phase == fleetv1alpha1.ImageReady && i.Digest == digest {
-			return true
-		}
-	}
-	return false
 }

@@ -28,8 +28,4 @@ func (r *Reconciler) updateStatus(s *scope) {
 			r.Recorder.Eventf(img, nil, corev1.EventTypeWarning, s.resolveReason, "Resolve", "%s", s.resolveMessage)
 		}
 	}
-	for _, serial := range s.evicted {
-		r.Recorder.Eventf(img, nil, corev1.EventTypeNormal, fleetv1alpha1.ReasonImageEvicted, "Replicate",
-			"chassis %s no longer holds a verified copy: its agent evicted or discarded it (its MacNode's Events say why)", serial)
-	}
 }

@@ -51,6 +51,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=nodes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=leasing.macrack.io,resources=macnodeleases,verbs=get;list;watch
 // +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances,verbs=get;list;watch;delete;patch
+// +kubebuilder:rbac:groups=fleet.macrack.io,resources=macosimages,verbs=get;list;watch
 
 // Reconciler reconciles MacNodes and their Nodes.
 type Reconciler struct {
@@ -234,7 +235,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		case err != nil:
 			retErr = errors.Join(retErr, err)
 		case wrote:
-			r.tell(s, before)
+			r.tell(ctx, s, before)
 		}
 	}()
 
@@ -274,8 +275,9 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope, before *fleetv1a
 }
 
 // tell writes the pass's Events, once its status landed.
-func (r *Reconciler) tell(s *scope, before *fleetv1alpha1.MacNodeStatus) {
+func (r *Reconciler) tell(ctx context.Context, s *scope, before *fleetv1alpha1.MacNodeStatus) {
 	mn := s.node
+	r.tellEvictions(ctx, mn, before.Audit.Next())
 	if orPending(before.Phase) != mn.Status.Phase {
 		r.Recorder.Eventf(mn, nil, corev1.EventTypeNormal, "Phase"+string(mn.Status.Phase), "Assess",
 			"MacNode %s moved from %s to %s", mn.Name, orPending(before.Phase), mn.Status.Phase)
@@ -284,6 +286,26 @@ func (r *Reconciler) tell(s *scope, before *fleetv1alpha1.MacNodeStatus) {
 		r.Recorder.Eventf(mn, nil, e.kind, e.reason, e.action, "%s", e.message)
 	}
 	r.Metrics.observe(mn, s.quarantineStarted, s.quarantineRecovered)
+}
+
+// tellEvictions tells each golden whose verified copy this write journaled
+// evicted, on the MacOSImage, where `kubectl describe mimg` shows it.
+func (r *Reconciler) tellEvictions(ctx context.Context, mn *fleetv1alpha1.MacNode, from int64) {
+	if mn.Status.Audit == nil {
+		return
+	}
+	for _, rec := range mn.Status.Audit.Records {
+		if rec.Sequence < from || rec.Type != audit.RecordEvicted {
+			continue
+		}
+		img := &fleetv1alpha1.MacOSImage{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Name: rec.Attributes["image"]}, img); err != nil {
+			continue // a golden deleted meanwhile: the MacNode's own Event stays
+		}
+		r.Recorder.Eventf(img, nil, corev1.EventTypeNormal, fleetv1alpha1.ReasonImageEvicted, "Replicate",
+			"chassis %s no longer holds a verified copy of %s: its agent evicted or discarded it (its MacNode's Events say why)",
+			mn.Spec.Serial, rec.Attributes["digest"])
+	}
 }
 
 // decide asks the policy about a status write the operator is about to make.

@@ -35,6 +35,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -104,14 +105,16 @@ var (
 // ("fresh") got its two instances after settling, so they wait unplaced;
 // chassis n-2 and n-1 are free and Ready, and the lease "pending" waits for
 // one. Every bound chassis reports a verified copy of the golden; chassis
-// 0-2 also of "rare", which was resolved after settling and lists no replica
-// yet.
+// 0-2 also of "rare", which was resolved after settling and counts no
+// replica yet.
 type objFleet struct {
 	n      int
 	opNS   string // the operator's namespace: the placeholder Pods
 	t0     time.Time
 	cache  cache.Cache
 	reader client.Client // the cache's reads, the API server's writes: the manager's client
+	// replicas is the image controller's count of verified copies.
+	replicas *index.Count
 	// drop reads the cache and encodes, counts and drops every write.
 	drop   client.Client
 	writes atomic.Int64
@@ -204,11 +207,25 @@ func buildFleet(ctx context.Context, n int) (*objFleet, error) {
 	if !c.WaitForCacheSync(ctx) {
 		return nil, fmt.Errorf("the cache did not sync")
 	}
+	// The image controller's count of verified copies, fed by the cache's
+	// MacNode informer as in the operator.
+	replicas := image.NewReplicas()
+	inf, err := c.GetInformer(ctx, &fleetv1alpha1.MacNode{})
+	if err != nil {
+		return nil, err
+	}
+	reg, err := inf.AddEventHandler(replicas.Handler(nil))
+	if err != nil {
+		return nil, err
+	}
+	if !toolscache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+		return nil, fmt.Errorf("the replica count did not sync")
+	}
 	reader, err := client.NewWithWatch(objEnv.Config, client.Options{Scheme: objEnv.Scheme, Cache: &client.CacheOptions{Reader: c}})
 	if err != nil {
 		return nil, err
 	}
-	f := &objFleet{n: n, opNS: opNS, t0: time.Now().UTC().Truncate(time.Second), cache: c, reader: reader,
+	f := &objFleet{n: n, opNS: opNS, t0: time.Now().UTC().Truncate(time.Second), cache: c, reader: reader, replicas: replicas,
 		class: fmt.Sprintf("objf%d", n), golden: fmt.Sprintf("objf%d-golden", n), rare: fmt.Sprintf("objf%d-rare", n)}
 	f.drop = dropWrites(reader, &f.writes)
 	mid := n / 2
@@ -396,7 +413,7 @@ func (f *objFleet) placementReconciler(c client.Client, at time.Time) *placement
 
 func (f *objFleet) imageReconciler(c client.Client, at time.Time) *image.Reconciler {
 	return &image.Reconciler{Client: c, APIReader: objEnv.Client, Clock: clocktesting.NewFakePassiveClock(at),
-		Recorder: &events.FakeRecorder{}, Namespace: f.opNS}
+		Recorder: &events.FakeRecorder{}, Namespace: f.opNS, Replicas: f.replicas}
 }
 
 // now is the business clock of the steady state.

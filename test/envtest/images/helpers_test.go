@@ -1,6 +1,7 @@
 package images
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -145,8 +146,34 @@ func pushAndResolve(name string, mutate func(*fleetv1alpha1.MacOSImageSpec)) str
 	return ref
 }
 
+// replicatedOn is the serials whose agents report a verified copy of the
+// image's resolved digest, once the operator's status.replicas counts as
+// many; until it does, it is one element that says what differs (no
+// serial).
 func replicatedOn(image string) func() []string {
-	return func() []string { return getImage(image).Status.ReplicatedOn }
+	return func() []string {
+		GinkgoHelper()
+		img := getImage(image)
+		var serials []string
+		if res := img.Status.Resolved; res != nil {
+			nodes := &fleetv1alpha1.MacNodeList{}
+			Expect(admin.List(ctx, nodes)).To(Succeed())
+			for _, n := range nodes.Items {
+				if n.Status.Reported == nil {
+					continue
+				}
+				for _, i := range n.Status.Reported.Images {
+					if i.Name == image && i.Digest == res.Digest && i.Phase == fleetv1alpha1.ImageReady {
+						serials = append(serials, n.Spec.Serial)
+					}
+				}
+			}
+		}
+		if int(img.Status.Replicas) != len(serials) {
+			return []string{fmt.Sprintf("status.replicas is %d, the chassis report %d verified copies", img.Status.Replicas, len(serials))}
+		}
+		return serials
+	}
 }
 
 // bookLease creates a lease of class for the tenant, booking images, and

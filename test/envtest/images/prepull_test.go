@@ -5,6 +5,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega/types"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +15,7 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent/images"
+	"github.com/boualleiguie/macrack-operator/internal/audit"
 	"github.com/boualleiguie/macrack-operator/internal/golden"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 )
@@ -183,6 +185,18 @@ var _ = Describe("A class's pre-pull, and eviction within the class's cache budg
 		Eventually(events(metav1.NamespaceDefault, "MacOSImage", "img-lru-a", fleetv1alpha1.ReasonImageEvicted)).Should(ContainElement(
 			HaveField("Note", ContainSubstring(a.Serial))), "the operator tells of the lost replica on the MacOSImage")
 		Eventually(replicatedOn("img-lru-b")).Should(ContainElement(a.Serial))
+		By("the chassis' journal: a copy of each golden replicated, the evicted one's eviction")
+		digestOf := func(image string) string { return getImage(image).Status.Resolved.Digest }
+		copyRecord := func(typ, image string) types.GomegaMatcher {
+			return And(HaveField("Type", typ), HaveField("Attributes", And(HaveKeyWithValue("image", image),
+				HaveKeyWithValue("digest", digestOf(image)), HaveKeyWithValue("serial", a.Serial))))
+		}
+		Eventually(func() []fleetv1alpha1.AuditRecord { return macNode(a.Node).Status.Audit.Records }).Should(And(
+			ContainElement(copyRecord(audit.RecordReplicated, "img-lru-a")),
+			ContainElement(copyRecord(audit.RecordEvicted, "img-lru-a")),
+			ContainElement(copyRecord(audit.RecordReplicated, "img-lru-b"))))
+		Expect(macNode(a.Node).Status.Audit.Records).NotTo(ContainElement(copyRecord(audit.RecordEvicted, "img-lru-b")),
+			"negative control: the booked golden was never evicted")
 
 		// The class still pre-pulls img-lru-a, but the booked golden is
 		// never evicted for it: it waits.
