@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/index"
 )
 
 // Keys of a chassis journal's observed map: what the node controller last
@@ -57,7 +58,8 @@ func JournalChassis(before *fleetv1alpha1.MacNodeStatus, mn *fleetv1alpha1.MacNo
 	}
 	recs = append(recs, bindingRecords(after, mn.Spec.Serial, now)...)
 	recs = append(recs, quarantineRecords(before.Quarantine, after.Quarantine, after.Binding, mn.Spec.Serial)...)
-	copies := verifiedCopies(after.Reported)
+	copies := index.VerifiedImages(mn)
+	slices.Sort(copies)
 	recs = append(recs, copyRecords(after.Audit, copies, mn.Spec.Serial, now)...)
 	dropped = Append(&after.Audit, recs...)
 	if after.Audit != nil {
@@ -109,22 +111,6 @@ func bindingRecords(st *fleetv1alpha1.MacNodeStatus, serial string, now time.Tim
 			"earliestReleaseAt": stamp(&b.EarliestReleaseAt),
 		}))
 	}
-	return out
-}
-
-// verifiedCopies are the goldens the agent reports a Ready copy of, as
-// sorted name@digest.
-func verifiedCopies(r *fleetv1alpha1.ReportedFacts) []string {
-	if r == nil {
-		return nil
-	}
-	var out []string
-	for _, i := range r.Images {
-		if i.Phase == fleetv1alpha1.ImageReady && i.Name != "" && i.Digest != "" {
-			out = append(out, i.Name+"@"+i.Digest)
-		}
-	}
-	slices.Sort(out)
 	return out
 }
 
