@@ -17,7 +17,8 @@ const (
 	// LeaseBound: a chassis is the tenant's.
 	LeaseBound MacNodeLeasePhase = "Bound"
 	// LeaseHeld: deleted before earliestReleaseAt; the chassis stays with the
-	// tenant, and takes no one else, until then.
+	// tenant, and takes no one else, until then. The lease stays Held
+	// through the release that follows, until Released.
 	LeaseHeld MacNodeLeasePhase = "Held"
 	// LeaseReleased: the chassis went back to the free pool.
 	LeaseReleased MacNodeLeasePhase = "Released"

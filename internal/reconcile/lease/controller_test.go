@@ -223,6 +223,59 @@ func TestReleaseWaitsForTheDiskWipes(t *testing.T) {
 	}
 }
 
+// A Held lease stays Held through its release, once earliestReleaseAt has
+// passed and the disks are being wiped: it never shows Bound again, and its
+// journal never records a second bound.
+func TestAHeldLeaseStaysHeldUntilReleased(t *testing.T) {
+	inst := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: "ci-1", Namespace: "tenant-a", Finalizers: []string{fleetv1alpha1.DiskWipeFinalizer}},
+		Spec: computev1alpha1.MacOSInstanceSpec{LeaseName: "l1"}}
+	f := newFixture(t, class("m4"), readyNode("a", nil), newLease("24h"), inst)
+	f.reconcile(t)
+	f.clock.Step(time.Hour)
+	if err := f.c.Delete(context.Background(), f.lease(t)); err != nil {
+		t.Fatal(err)
+	}
+	f.reconcile(t)
+	if p := f.lease(t).Status.Phase; p != leasingv1alpha1.LeaseHeld {
+		t.Fatalf("deleted before earliestReleaseAt: %s, want Held", p)
+	}
+	f.clock.Step(24 * time.Hour)
+	f.reconcile(t)
+	l := f.lease(t)
+	if c := findCondition(l.Status.Conditions, leasingv1alpha1.ConditionReleased); c == nil || c.Reason != leasingv1alpha1.ReasonAwaitingDiskWipe {
+		t.Fatalf("positive control: the release is under way, want Released=False AwaitingDiskWipe, got %+v", c)
+	}
+	if l.Status.Phase != leasingv1alpha1.LeaseHeld {
+		t.Errorf("released while its disk is wiped: phase %s, want Held until Released", l.Status.Phase)
+	}
+	bound := 0
+	for _, r := range l.Status.Audit.Records {
+		if r.Type == "bound" {
+			bound++
+		}
+	}
+	if bound != 1 {
+		t.Errorf("the journal has %d bound records, want 1", bound)
+	}
+}
+
+// A lease deleted after earliestReleaseAt was never Held: it stays Bound
+// until Released.
+func TestALeaseDeletedAfterItsFloorIsBoundUntilReleased(t *testing.T) {
+	inst := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: "ci-1", Namespace: "tenant-a", Finalizers: []string{fleetv1alpha1.DiskWipeFinalizer}},
+		Spec: computev1alpha1.MacOSInstanceSpec{LeaseName: "l1"}}
+	f := newFixture(t, class("m4"), readyNode("a", nil), newLease("24h"), inst)
+	f.reconcile(t)
+	f.clock.Step(25 * time.Hour)
+	if err := f.c.Delete(context.Background(), f.lease(t)); err != nil {
+		t.Fatal(err)
+	}
+	f.reconcile(t)
+	if l := f.lease(t); l.Status.Phase != leasingv1alpha1.LeaseBound || l.Status.HeldAt != nil {
+		t.Fatalf("deleted after earliestReleaseAt, wiping: %s (heldAt %v), want Bound and never held", l.Status.Phase, l.Status.HeldAt)
+	}
+}
+
 func findCondition(list []metav1.Condition, t string) *metav1.Condition {
 	for i := range list {
 		if list[i].Type == t {

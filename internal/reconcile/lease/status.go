@@ -26,7 +26,9 @@ func (r *Reconciler) updateStatus(s *scope) {
 		// Phase and releasedAt were written by release.
 	case s.node != nil:
 		fillBound(lease, s.node)
-		if deleting && s.now.Before(s.node.Status.Binding.EarliestReleaseAt.Time) {
+		// Held from a delete before earliestReleaseAt until Released: the
+		// release after it is not a second binding.
+		if deleting && (s.now.Before(s.node.Status.Binding.EarliestReleaseAt.Time) || lease.Status.HeldAt != nil) {
 			lease.Status.Phase = leasingv1alpha1.LeaseHeld
 		}
 	case lease.Status.BoundAt != nil && deleting:
@@ -57,9 +59,12 @@ func (r *Reconciler) updateStatus(s *scope) {
 	}
 
 	switch {
-	case lease.Status.Phase == leasingv1alpha1.LeaseHeld:
+	case lease.Status.Phase == leasingv1alpha1.LeaseHeld && s.now.Before(lease.Status.EarliestReleaseAt.Time):
 		conditions.Set(c, conditions.True(leasingv1alpha1.ConditionHeld, leasingv1alpha1.ReasonDeletedEarly,
 			fmt.Sprintf("deleted before earliestReleaseAt %s; the chassis stays with this namespace until then", lease.Status.EarliestReleaseAt.UTC().Format(time.RFC3339))), gen, now)
+	case lease.Status.Phase == leasingv1alpha1.LeaseHeld:
+		conditions.Set(c, conditions.True(leasingv1alpha1.ConditionHeld, leasingv1alpha1.ReasonDeletedEarly,
+			fmt.Sprintf("deleted before earliestReleaseAt %s, which has passed: the chassis is being released (the Released condition says how far)", lease.Status.EarliestReleaseAt.UTC().Format(time.RFC3339))), gen, now)
 	default:
 		conditions.Set(c, conditions.False(leasingv1alpha1.ConditionHeld, leasingv1alpha1.ReasonNotDeleted, "the lease is not held"), gen, now)
 	}
