@@ -190,10 +190,17 @@ func TestADeleteBeforeEarliestReleaseHoldsAndRequeuesAtIt(t *testing.T) {
 	}
 }
 
-func TestReleaseWaitsForTheDiskWipes(t *testing.T) {
+// withAnInstanceToWipe is a 24h lease of chassis a, bound on the first
+// pass, with an instance whose disk its agent has not wiped yet.
+func withAnInstanceToWipe(t *testing.T) (*fixture, *computev1alpha1.MacOSInstance) {
+	t.Helper()
 	inst := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: "ci-1", Namespace: "tenant-a", Finalizers: []string{fleetv1alpha1.DiskWipeFinalizer}},
 		Spec: computev1alpha1.MacOSInstanceSpec{LeaseName: "l1"}}
-	f := newFixture(t, class("m4"), readyNode("a", nil), newLease("24h"), inst)
+	return newFixture(t, class("m4"), readyNode("a", nil), newLease("24h"), inst), inst
+}
+
+func TestReleaseWaitsForTheDiskWipes(t *testing.T) {
+	f, inst := withAnInstanceToWipe(t)
 	f.reconcile(t)
 	f.clock.Step(25 * time.Hour)
 	if err := f.c.Delete(context.Background(), f.lease(t)); err != nil {
@@ -227,9 +234,7 @@ func TestReleaseWaitsForTheDiskWipes(t *testing.T) {
 // passed and the disks are being wiped: it never shows Bound again, and its
 // journal never records a second bound.
 func TestAHeldLeaseStaysHeldUntilReleased(t *testing.T) {
-	inst := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: "ci-1", Namespace: "tenant-a", Finalizers: []string{fleetv1alpha1.DiskWipeFinalizer}},
-		Spec: computev1alpha1.MacOSInstanceSpec{LeaseName: "l1"}}
-	f := newFixture(t, class("m4"), readyNode("a", nil), newLease("24h"), inst)
+	f, _ := withAnInstanceToWipe(t)
 	f.reconcile(t)
 	f.clock.Step(time.Hour)
 	if err := f.c.Delete(context.Background(), f.lease(t)); err != nil {
@@ -262,9 +267,7 @@ func TestAHeldLeaseStaysHeldUntilReleased(t *testing.T) {
 // A lease deleted after earliestReleaseAt was never Held: it stays Bound
 // until Released.
 func TestALeaseDeletedAfterItsFloorIsBoundUntilReleased(t *testing.T) {
-	inst := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: "ci-1", Namespace: "tenant-a", Finalizers: []string{fleetv1alpha1.DiskWipeFinalizer}},
-		Spec: computev1alpha1.MacOSInstanceSpec{LeaseName: "l1"}}
-	f := newFixture(t, class("m4"), readyNode("a", nil), newLease("24h"), inst)
+	f, _ := withAnInstanceToWipe(t)
 	f.reconcile(t)
 	f.clock.Step(25 * time.Hour)
 	if err := f.c.Delete(context.Background(), f.lease(t)); err != nil {
