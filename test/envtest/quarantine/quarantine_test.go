@@ -2,6 +2,7 @@ package quarantine
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -34,16 +36,19 @@ const (
 // chassis is one sim Mac mini leased to its own tenant, one instance
 // running, watched for the loop's invariants from the start.
 type chassis struct {
-	agent    *harness.Agent
-	opts     harness.AgentOptions
-	tenant   *harness.Tenant
-	lease    *leasingv1alpha1.MacNodeLease
-	binding  fleetv1alpha1.Binding
-	first    *computev1alpha1.MacOSInstance
-	second   *computev1alpha1.MacOSInstance
-	watching chan struct{}
-	watched  sync.WaitGroup
-	mu       sync.Mutex
+	agent   *harness.Agent
+	opts    harness.AgentOptions
+	tenant  *harness.Tenant
+	lease   *leasingv1alpha1.MacNodeLease
+	binding fleetv1alpha1.Binding
+	first   *computev1alpha1.MacOSInstance
+	second  *computev1alpha1.MacOSInstance
+	// stopWatch ends watch's goroutine, which watched counts.
+	stopWatch context.CancelFunc
+	watched   sync.WaitGroup
+	mu        sync.Mutex
+	// watchErr is why the watch missed states, if it did.
+	watchErr error
 	// strangers are the bindings seen on the MacNode that name another lease.
 	strangers []fleetv1alpha1.Binding
 	// phases are the MacNode's phases, in the order seen.
@@ -118,32 +123,91 @@ func newChassis(tune ...func(*harness.AgentOptions)) *chassis {
 	return c
 }
 
-// watch records, until done, every binding of the MacNode that names
-// another lease, and the phases it goes through.
+// watch records, until stopWatching, every binding of the MacNode that
+// names another lease, and the phases it goes through. It watches through
+// the API server (not a cache) from a first list's resourceVersion, and
+// resumes an ended watch from the last one seen, so it sees every state,
+// however short, and reads nothing more than the changes.
 func (c *chassis) watch() {
-	c.watching = make(chan struct{})
+	GinkgoHelper()
+	wc := env.WatchClient()
+	wctx, cancel := context.WithCancel(ctx)
+	c.stopWatch = cancel
+	byName := client.MatchingFields{"metadata.name": c.agent.Node}
+	list := &fleetv1alpha1.MacNodeList{}
+	Expect(wc.List(wctx, list, byName)).To(Succeed())
+	for i := range list.Items {
+		c.see(&list.Items[i])
+	}
+	rv := list.ResourceVersion
+	from := func() []client.ListOption {
+		return []client.ListOption{byName, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}}}
+	}
+	wi, err := wc.Watch(wctx, list, from()...)
+	Expect(err).NotTo(HaveOccurred())
 	c.watched.Add(1)
 	go func() {
 		defer c.watched.Done()
 		for {
-			mn := &fleetv1alpha1.MacNode{}
-			if admin.Get(ctx, client.ObjectKey{Name: c.agent.Node}, mn) == nil {
-				c.mu.Lock()
-				if b := mn.Status.Binding; b != nil && b.LeaseUID != c.binding.LeaseUID {
-					c.strangers = append(c.strangers, *b)
+			for ev := range wi.ResultChan() {
+				if ev.Type == watch.Error {
+					wi.Stop()
+					// Such as 410 Gone: states were missed, so "never"
+					// cannot be asserted. An ended watch ends with an
+					// error too.
+					if wctx.Err() == nil {
+						c.lost(fmt.Errorf("the MacNode's watch reported an error: %v", ev.Object))
+					}
+					return
 				}
-				if n := len(c.phases); n == 0 || c.phases[n-1] != mn.Status.Phase {
-					c.phases = append(c.phases, mn.Status.Phase)
+				mn, ok := ev.Object.(*fleetv1alpha1.MacNode)
+				if !ok {
+					continue
 				}
-				c.mu.Unlock()
+				rv = mn.ResourceVersion
+				if ev.Type != watch.Bookmark {
+					c.see(mn)
+				}
 			}
-			select {
-			case <-c.watching:
+			wi.Stop()
+			if wctx.Err() != nil {
 				return
-			case <-time.After(20 * time.Millisecond):
+			}
+			if wi, err = wc.Watch(wctx, list, from()...); err != nil {
+				if wctx.Err() == nil {
+					c.lost(fmt.Errorf("the MacNode's watch ended and could not resume from %q: %w", rv, err))
+				}
+				return
 			}
 		}
 	}()
+}
+
+func (c *chassis) see(mn *fleetv1alpha1.MacNode) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if b := mn.Status.Binding; b != nil && b.LeaseUID != c.binding.LeaseUID {
+		c.strangers = append(c.strangers, *b)
+	}
+	if n := len(c.phases); n == 0 || c.phases[n-1] != mn.Status.Phase {
+		c.phases = append(c.phases, mn.Status.Phase)
+	}
+}
+
+func (c *chassis) lost(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.watchErr = err
+}
+
+// stopWatching ends the watch, and fails if it missed any state.
+func (c *chassis) stopWatching() {
+	GinkgoHelper()
+	c.stopWatch()
+	c.watched.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	Expect(c.watchErr).NotTo(HaveOccurred())
 }
 
 // stick makes the host's kernel counter stick, then asks for a second VM:
@@ -190,8 +254,7 @@ func (c *chassis) recovered() {
 		g.Expect(mn.Status.Quarantine.RecoveredAt).NotTo(BeNil(), "%+v", mn.Status.Quarantine)
 		g.Expect(mn.Status.Phase).To(Equal(fleetv1alpha1.MacNodeLeased))
 	}, 90*time.Second).Should(Succeed())
-	close(c.watching)
-	c.watched.Wait()
+	c.stopWatching()
 
 	mn := macNode(c.agent.Node)
 	q := mn.Status.Quarantine
@@ -397,8 +460,7 @@ var _ = Describe("The quota-stuck loop", func() {
 			g.Expect(h[len(h)-1].LeaseUID).To(Equal(c.lease.UID))
 			g.Expect(h[len(h)-1].Wipes).To(ContainElement(HaveField("UID", c.first.UID)), "the disk was wiped on the way out")
 		}, 90*time.Second).Should(Succeed())
-		close(c.watching)
-		c.watched.Wait()
+		c.stopWatching()
 		Expect(c.strangers).To(BeEmpty())
 		// The lease goes after its chassis, on its own write.
 		Eventually(func() bool {
@@ -461,8 +523,7 @@ var _ = Describe("The quota-stuck loop", func() {
 			g.Expect(mn.Status.Phase).To(Equal(fleetv1alpha1.MacNodeQuarantined))
 			g.Expect(mn.Status.Binding).To(BeNil())
 		}, 3*time.Second).Should(Succeed())
-		close(c.watching)
-		c.watched.Wait()
+		c.stopWatching()
 		Expect(c.strangers).To(BeEmpty(), "another tenant got the chassis")
 		Expect(c.phases).NotTo(ContainElement(fleetv1alpha1.MacNodeReady))
 		Expect(other.Client.Delete(ctx, next)).To(Succeed())
