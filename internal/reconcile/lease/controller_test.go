@@ -94,6 +94,16 @@ func (f *fixture) reconcile(t *testing.T) ctrl.Result {
 	return res
 }
 
+// deleteLeaseAfter moves the clock on by d, then deletes the lease as its
+// tenant would.
+func (f *fixture) deleteLeaseAfter(t *testing.T, d time.Duration) {
+	t.Helper()
+	f.clock.Step(d)
+	if err := f.c.Delete(context.Background(), f.lease(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (f *fixture) lease(t *testing.T) *leasingv1alpha1.MacNodeLease {
 	t.Helper()
 	l := &leasingv1alpha1.MacNodeLease{}
@@ -176,10 +186,7 @@ func TestAnUnknownClassSaysSo(t *testing.T) {
 func TestADeleteBeforeEarliestReleaseHoldsAndRequeuesAtIt(t *testing.T) {
 	f := newFixture(t, class("m4"), readyNode("a", nil), newLease("24h"))
 	f.reconcile(t)
-	f.clock.Step(3 * time.Hour)
-	if err := f.c.Delete(context.Background(), f.lease(t)); err != nil {
-		t.Fatal(err)
-	}
+	f.deleteLeaseAfter(t, 3*time.Hour)
 	res := f.reconcile(t)
 	l := f.lease(t)
 	if l.Status.Phase != leasingv1alpha1.LeaseHeld || l.Status.HeldAt == nil {
@@ -202,10 +209,7 @@ func withAnInstanceToWipe(t *testing.T) (*fixture, *computev1alpha1.MacOSInstanc
 func TestReleaseWaitsForTheDiskWipes(t *testing.T) {
 	f, inst := withAnInstanceToWipe(t)
 	f.reconcile(t)
-	f.clock.Step(25 * time.Hour)
-	if err := f.c.Delete(context.Background(), f.lease(t)); err != nil {
-		t.Fatal(err)
-	}
+	f.deleteLeaseAfter(t, 25*time.Hour)
 	f.reconcile(t)
 	l := f.lease(t)
 	if c := findCondition(l.Status.Conditions, leasingv1alpha1.ConditionReleased); c == nil || c.Reason != leasingv1alpha1.ReasonAwaitingDiskWipe {
@@ -236,10 +240,7 @@ func TestReleaseWaitsForTheDiskWipes(t *testing.T) {
 func TestAHeldLeaseStaysHeldUntilReleased(t *testing.T) {
 	f, _ := withAnInstanceToWipe(t)
 	f.reconcile(t)
-	f.clock.Step(time.Hour)
-	if err := f.c.Delete(context.Background(), f.lease(t)); err != nil {
-		t.Fatal(err)
-	}
+	f.deleteLeaseAfter(t, time.Hour)
 	f.reconcile(t)
 	if p := f.lease(t).Status.Phase; p != leasingv1alpha1.LeaseHeld {
 		t.Fatalf("deleted before earliestReleaseAt: %s, want Held", p)
@@ -269,10 +270,7 @@ func TestAHeldLeaseStaysHeldUntilReleased(t *testing.T) {
 func TestALeaseDeletedAfterItsFloorIsBoundUntilReleased(t *testing.T) {
 	f, _ := withAnInstanceToWipe(t)
 	f.reconcile(t)
-	f.clock.Step(25 * time.Hour)
-	if err := f.c.Delete(context.Background(), f.lease(t)); err != nil {
-		t.Fatal(err)
-	}
+	f.deleteLeaseAfter(t, 25*time.Hour)
 	f.reconcile(t)
 	if l := f.lease(t); l.Status.Phase != leasingv1alpha1.LeaseBound || l.Status.HeldAt != nil {
 		t.Fatalf("deleted after earliestReleaseAt, wiping: %s (heldAt %v), want Bound and never held", l.Status.Phase, l.Status.HeldAt)

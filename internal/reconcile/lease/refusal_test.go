@@ -61,10 +61,7 @@ func TestAPolicyRefusalIsAConditionAndATerminalResult(t *testing.T) {
 	f.r.Engine = engine
 	f.r.Recorder = events.NewFakeRecorder(100)
 	f.reconcile(t)
-	f.clock.Step(25 * time.Hour)
-	if err := f.c.Delete(context.Background(), f.lease(t)); err != nil {
-		t.Fatal(err)
-	}
+	f.deleteLeaseAfter(t, 25*time.Hour)
 	_, err = f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "tenant-a", Name: "l1"}})
 	if !errors.Is(err, reconcile.TerminalError(nil)) {
 		t.Fatalf("want a terminal error, which retrying cannot change, got %v", err)
