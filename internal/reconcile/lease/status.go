@@ -58,14 +58,9 @@ func (r *Reconciler) updateStatus(s *scope) {
 			"waiting for a chassis of class "+lease.Spec.NodeClassName), gen, now)
 	}
 
-	switch {
-	case lease.Status.Phase == leasingv1alpha1.LeaseHeld && s.now.Before(lease.Status.EarliestReleaseAt.Time):
-		conditions.Set(c, conditions.True(leasingv1alpha1.ConditionHeld, leasingv1alpha1.ReasonDeletedEarly,
-			fmt.Sprintf("deleted before earliestReleaseAt %s; the chassis stays with this namespace until then", lease.Status.EarliestReleaseAt.UTC().Format(time.RFC3339))), gen, now)
-	case lease.Status.Phase == leasingv1alpha1.LeaseHeld:
-		conditions.Set(c, conditions.True(leasingv1alpha1.ConditionHeld, leasingv1alpha1.ReasonDeletedEarly,
-			fmt.Sprintf("deleted before earliestReleaseAt %s, which has passed: the chassis is being released (the Released condition says how far)", lease.Status.EarliestReleaseAt.UTC().Format(time.RFC3339))), gen, now)
-	default:
+	if lease.Status.Phase == leasingv1alpha1.LeaseHeld {
+		conditions.Set(c, conditions.True(leasingv1alpha1.ConditionHeld, leasingv1alpha1.ReasonDeletedEarly, heldMessage(lease, s.now)), gen, now)
+	} else {
 		conditions.Set(c, conditions.False(leasingv1alpha1.ConditionHeld, leasingv1alpha1.ReasonNotDeleted, "the lease is not held"), gen, now)
 	}
 
@@ -183,4 +178,14 @@ func imagesReady(lease *leasingv1alpha1.MacNodeLease, node *fleetv1alpha1.MacNod
 	}
 	return conditions.True(leasingv1alpha1.ConditionImagesReady, leasingv1alpha1.ReasonImagesPulled,
 		fmt.Sprintf("chassis %s holds a verified copy of %s", node.Spec.Serial, strings.Join(lease.Spec.Images, ", ")))
+}
+
+// heldMessage says until when a Held lease keeps its chassis, or, once that
+// has passed, that the release is under way.
+func heldMessage(lease *leasingv1alpha1.MacNodeLease, now time.Time) string {
+	at := lease.Status.EarliestReleaseAt.UTC().Format(time.RFC3339)
+	if now.Before(lease.Status.EarliestReleaseAt.Time) {
+		return fmt.Sprintf("deleted before earliestReleaseAt %s; the chassis stays with this namespace until then", at)
+	}
+	return fmt.Sprintf("deleted before earliestReleaseAt %s, which has passed: the chassis is being released (the Released condition says how far)", at)
 }
