@@ -77,7 +77,7 @@ func startControllerManager(ctx context.Context, env *envtest.Environment, bin s
 	}
 	cmd := exec.Command(filepath.Join(bin, "k8s", "kube-controller-manager"), args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	cmd.SysProcAttr = childProcAttr(syscall.SIGTERM)
 	if err := cmd.Start(); err != nil {
 		return cm, fmt.Errorf("starting kube-controller-manager: %w", err)
 	}

@@ -33,18 +33,23 @@ func main() {
 	root := flag.String("root", ".", "The repository root (holds bin/ and config/).")
 	operatorArgs := flag.String("operator-args", "", "Extra flags for the operator, space separated.")
 	fleetSize := flag.Int("fleet", defaultFleetSize, fmt.Sprintf("How many simulated Mac minis to enroll and run; past %d, their agents run in one simfleet process.", inProcessAbove))
+	jetStreamServers := flag.Int("jetstream", 1, "How many nats-servers hold the audit stream: 1, or 3 for a JetStream cluster with the stream at three replicas.")
 	flag.Parse()
 	if *fleetSize < 1 || *fleetSize > 5000 {
 		fmt.Fprintf(os.Stderr, "devcluster: --fleet %d is not between 1 and 5000\n", *fleetSize)
 		os.Exit(2)
 	}
-	if err := run(*root, *operatorArgs, *fleetSize); err != nil {
+	if *jetStreamServers != 1 && *jetStreamServers != 3 {
+		fmt.Fprintf(os.Stderr, "devcluster: --jetstream %d is not 1 or 3\n", *jetStreamServers)
+		os.Exit(2)
+	}
+	if err := run(*root, *operatorArgs, *fleetSize, *jetStreamServers); err != nil {
 		fmt.Fprintf(os.Stderr, "devcluster: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(root, extraArgs string, fleetSize int) error {
+func run(root, extraArgs string, fleetSize, jetStreamServers int) error {
 	root, err := filepath.Abs(root)
 	if err != nil {
 		return err
@@ -103,12 +108,11 @@ func run(root, extraArgs string, fleetSize int) error {
 	if err != nil {
 		return err
 	}
-	natsServer, natsURL, natsCleanup, err := startNATS(bin)
-	defer natsCleanup()
+	nats, err := startNATS(bin, jetStreamServers)
+	defer nats.stop()
 	if err != nil {
 		return err
 	}
-	defer natsServer.stop()
 	gitLab, err := startGitLab(bin)
 	if err != nil {
 		return err
@@ -118,7 +122,7 @@ func run(root, extraArgs string, fleetSize int) error {
 	operator, err := startProcess("operator", filepath.Join(bin, "operator"), append(operatorArgs(operatorKubeconfig, metricsPort, probePort, audiences, extraArgs),
 		fmt.Sprintf("--webhook-port=%d", w.LocalServingPort),
 		"--webhook-cert-dir="+w.LocalServingCertDir,
-		"--audit-sink="+natsURL,
+		"--audit-sink="+nats.sink,
 		"--cluster-name=devcluster",
 	))
 	if err != nil {
@@ -150,7 +154,7 @@ host agents.
     kube-controller-manager  https://127.0.0.1:%d/healthz, log %s
     OCI registry (goldens)   http://%s/v2/
     sim golden               %s
-    audit stream (JetStream) %s, stream MACRACK_AUDIT
+    audit stream (JetStream) %s
     fake GitLab              %s, CA %s
 
     export KUBECONFIG=%s
@@ -169,12 +173,12 @@ host agents.
 Press Ctrl-C to stop everything.
 `, len(env.CRDs), fl.minis, fleetClass,
 		env.Config.Host, env.ControlPlane.Etcd.URL, w.LocalServingHost, w.LocalServingPort, metricsPort, probePort,
-		kcmPort, kcm.logPath, fl.registry.Host(), fl.golden, natsURL, gitLab.srv.URL(), gitLab.caPath, kubeconfigPath, filepath.Join(bin, "k8s"), filepath.Join(bin, "macrackctl"),
-		filepath.Join(bin, "macrackctl"), natsURL, filepath.Join(bin, "macrackctl"), natsURL,
+		kcmPort, kcm.logPath, fl.registry.Host(), fl.golden, nats.describe(), gitLab.srv.URL(), gitLab.caPath, kubeconfigPath, filepath.Join(bin, "k8s"), filepath.Join(bin, "macrackctl"),
+		filepath.Join(bin, "macrackctl"), nats.url, filepath.Join(bin, "macrackctl"), nats.url,
 		today.Format(time.RFC3339), today.Add(48*time.Hour).Format(time.RFC3339), gitLab.hint())
 
-	exited := make(chan *child, len(fl.agents)+3)
-	for _, c := range append(fl.agents, operator, kcm.child, natsServer) {
+	exited := make(chan *child, len(fl.agents)+2+len(nats.servers))
+	for _, c := range append(append(fl.agents, operator, kcm.child), nats.servers...) {
 		go func(c *child) { <-c.done; exited <- c }(c)
 	}
 	select {
@@ -282,7 +286,7 @@ func startProcess(name, path string, args []string) (*child, error) {
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	// Its own process group, so Ctrl-C reaches it only through us, in order;
 	// Pdeathsig, so it dies with us even if we are killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	cmd.SysProcAttr = childProcAttr(syscall.SIGTERM)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s %s: %w", name, path, err)
 	}

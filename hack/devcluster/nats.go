@@ -5,28 +5,81 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
-// startNATS starts nats-server with JetStream (bin/nats-server, built by
-// make nats from the module proxy) on a free loopback port: the audit
-// stream's sink. Its store lives in a directory of its own, removed at the
-// end, and its log in bin/.
-func startNATS(bin string) (*child, string, func(), error) {
-	ports, err := freePorts(1)
+// jetStream is the audit stream's sink: one nats-server with JetStream
+// (bin/nats-server, built by make nats from the module proxy), or three
+// routed into one JetStream cluster, on free loopback ports. Their stores
+// live in a directory of their own, removed at the end, and their logs in
+// bin/.
+type jetStream struct {
+	servers []*child
+	// sink is the operator's --audit-sink; url is what a client takes.
+	sink, url string
+	store     string
+}
+
+// startNATS starts n servers: 1, or 3 for a cluster with the stream at
+// three replicas.
+func startNATS(bin string, n int) (*jetStream, error) {
+	js := &jetStream{}
+	ports, err := freePorts(2 * n)
 	if err != nil {
-		return nil, "", func() {}, err
+		return js, err
 	}
-	store, err := os.MkdirTemp("", "macrack-nats-")
-	if err != nil {
-		return nil, "", func() {}, err
+	if js.store, err = os.MkdirTemp("", "macrack-nats-"); err != nil {
+		return js, err
 	}
-	cleanup := func() { _ = os.RemoveAll(store) }
-	logPath := filepath.Join(bin, "nats-server.log")
-	c, err := startProcess("nats-server", filepath.Join(bin, "nats-server"), []string{
-		"-a", "127.0.0.1", "-p", strconv.Itoa(ports[0]), "-js", "-sd", store, "-l", logPath,
-	})
-	if err != nil {
-		return nil, "", cleanup, fmt.Errorf("%w (make nats builds it)", err)
+	client, route := ports[:n], ports[n:]
+	var urls, routes []string
+	for i := range n {
+		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", client[i]))
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", route[i]))
 	}
-	return c, fmt.Sprintf("nats://127.0.0.1:%d", ports[0]), cleanup, nil
+	for i := range n {
+		name, logPath := "nats-server", filepath.Join(bin, "nats-server.log")
+		args := []string{"-a", "127.0.0.1", "-p", strconv.Itoa(client[i]), "-js"}
+		if n > 1 {
+			name = fmt.Sprintf("nats-server n%d", i+1)
+			logPath = filepath.Join(bin, fmt.Sprintf("nats-server-n%d.log", i+1))
+			var peers []string
+			for k, r := range routes {
+				if k != i {
+					peers = append(peers, r)
+				}
+			}
+			args = append(args, "--server_name", fmt.Sprintf("n%d", i+1), "--cluster_name", "macrack",
+				"--cluster", routes[i], "--routes", strings.Join(peers, ","))
+		}
+		args = append(args, "-sd", filepath.Join(js.store, strconv.Itoa(i+1)), "-l", logPath)
+		c, err := startProcess(name, filepath.Join(bin, "nats-server"), args)
+		if err != nil {
+			return js, fmt.Errorf("%w (make nats builds it)", err)
+		}
+		js.servers = append(js.servers, c)
+	}
+	js.url = strings.Join(urls, ",")
+	js.sink = urls[0]
+	if n > 1 {
+		js.sink = js.url + "?replicas=" + strconv.Itoa(n)
+	}
+	return js, nil
+}
+
+// describe is make run's line for the stream.
+func (js *jetStream) describe() string {
+	if len(js.servers) == 1 {
+		return js.url + ", stream MACRACK_AUDIT"
+	}
+	return fmt.Sprintf("%s,\n                             a %d-node cluster, stream MACRACK_AUDIT at %d replicas", js.url, len(js.servers), len(js.servers))
+}
+
+func (js *jetStream) stop() {
+	for _, c := range js.servers {
+		c.stop()
+	}
+	if js.store != "" {
+		_ = os.RemoveAll(js.store)
+	}
 }

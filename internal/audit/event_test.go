@@ -15,14 +15,52 @@ import (
 
 func TestIDsAndTypes(t *testing.T) {
 	for got, want := range map[string]string{
-		ID("lease", "u-1", 7):                        "lease/u-1/7",
-		DeletedID("instance", "u-2"):                 "instance/u-2/deleted",
-		Type("lease", "bound"):                       "io.macrack.lease.bound",
-		Type("chassis", "quarantine.started"):        "io.macrack.chassis.quarantine.started",
-		Subject(Type("chassis", "quarantine.ended")): "macrack.audit.chassis.quarantine.ended",
+		ID("lease", "u-1", 7):                 "lease/u-1/7",
+		DeletedID("instance", "u-2"):          "instance/u-2/deleted",
+		Type("lease", "bound"):                "io.macrack.lease.bound",
+		Type("chassis", "quarantine.started"): "io.macrack.chassis.quarantine.started",
 	} {
 		if got != want {
 			t.Errorf("%q, want %q", got, want)
+		}
+	}
+}
+
+// TestEachRecordHasItsOwnSubject: a record's subject is its type's, then
+// its id as one token. Ids that JetStream would read as several tokens or a
+// wildcard are escaped, and no two ids share a subject: the stream's one
+// message per subject is one record.
+func TestEachRecordHasItsOwnSubject(t *testing.T) {
+	ev := func(typ, id string) cloudevents.Event {
+		e := cloudevents.New()
+		e.SetType(typ)
+		e.SetID(id)
+		return e
+	}
+	for _, tc := range []struct {
+		ev   cloudevents.Event
+		want string
+	}{
+		{ev(Type("lease", "bound"), ID("lease", "0f6c3a1e-5b7d-4c2a-9e8f-1a2b3c4d5e6f", 3)), "macrack.audit.lease.bound.lease/0f6c3a1e-5b7d-4c2a-9e8f-1a2b3c4d5e6f/3"},
+		{ev(Type("chassis", "quarantine.ended"), ID("chassis", "u-9", 12)), "macrack.audit.chassis.quarantine.ended.chassis/u-9/12"},
+		{ev(Type("instance", "deleted"), DeletedID("instance", "u-2")), "macrack.audit.instance.deleted.instance/u-2/deleted"},
+		{ev(Type("denial", "webhook"), "denial/0123abcd"), "macrack.audit.denial.webhook.denial/0123abcd"},
+		{ev(Type("lease", "bound"), "a.b *>\t%"), "macrack.audit.lease.bound.a%2Eb%20%2A%3E%09%25"},
+	} {
+		if got := Subject(tc.ev); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.ev.ID(), got, tc.want)
+		}
+	}
+	seen := map[string]string{}
+	for _, id := range []string{"a.b", "a%2Eb", "a/b", "a b", "a%20b", "a*", "a>", "a%", "a%25"} {
+		s := Subject(ev(Type("lease", "bound"), id))
+		if other, ok := seen[s]; ok {
+			t.Errorf("ids %q and %q share the subject %s", other, id, s)
+		}
+		seen[s] = id
+		token := strings.TrimPrefix(s, "macrack.audit.lease.bound.")
+		if strings.ContainsAny(token, ". \t*>") {
+			t.Errorf("id %q: token %q is not one literal subject token", id, token)
 		}
 	}
 }

@@ -54,52 +54,86 @@ func (r *Reader) All(ctx context.Context) ([]cloudevents.Event, error) {
 }
 
 // Each calls fn with every record in stream order; with follow, it keeps
-// waiting for new ones until ctx ends. It reads through one ordered
-// consumer's message iterator, which pulls in batches.
+// waiting for new ones until ctx ends.
 func (r *Reader) Each(ctx context.Context, follow bool, fn func(cloudevents.Event) error) error {
-	info, err := r.stream.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("reading the stream's state: %w", err)
-	}
-	last := info.State.LastSeq
-	if last == 0 && !follow {
-		return nil
-	}
-	cons, err := r.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
-	if err != nil {
-		return fmt.Errorf("reading the stream: %w", err)
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("reading the stream: %w", err)
-	}
-	defer it.Stop()
-	stop := context.AfterFunc(ctx, it.Stop)
-	defer stop()
-	for {
-		msg, err := it.Next()
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-			return fmt.Errorf("the stream closed before its last record %d", last)
-		}
-		if err != nil {
-			return fmt.Errorf("reading the stream: %w", err)
-		}
+	_, err := eachMsg(ctx, r.stream, follow, func(msg jetstream.Msg) error {
 		var ev cloudevents.Event
 		if err := json.Unmarshal(msg.Data(), &ev); err != nil {
 			return fmt.Errorf("record on %s is not a CloudEvent: %w", msg.Subject(), err)
 		}
-		if err := fn(ev); err != nil {
-			return err
+		return fn(ev)
+	})
+	return err
+}
+
+// eachMsg calls fn with every message of s in stream order: up to the last
+// one it holds, or, with follow, until ctx ends. It reads through one
+// ordered consumer's message iterator, which pulls in batches, and returns
+// the stream sequence of the last message it read.
+func eachMsg(ctx context.Context, s jetstream.Stream, follow bool, fn func(jetstream.Msg) error) (uint64, error) {
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("reading the stream's state: %w", err)
+	}
+	if info.State.Msgs == 0 && !follow {
+		return 0, nil
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
+	if err != nil {
+		return 0, fmt.Errorf("reading the stream: %w", err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return 0, fmt.Errorf("reading the stream: %w", err)
+	}
+	defer it.Stop()
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	var read uint64
+	for {
+		msg, err := it.Next()
+		if ctx.Err() != nil {
+			return read, ctx.Err()
+		}
+		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			return read, fmt.Errorf("the stream closed before its last record %d", info.State.LastSeq)
+		}
+		if err != nil {
+			return read, fmt.Errorf("reading the stream: %w", err)
+		}
+		if err := fn(msg); err != nil {
+			return read, err
 		}
 		meta, err := msg.Metadata()
 		if err != nil {
-			return err
+			return read, err
 		}
-		if !follow && meta.Sequence.Stream >= last {
-			return nil
+		read = meta.Sequence.Stream
+		if follow || read < info.State.LastSeq && meta.NumPending > 0 {
+			continue
+		}
+		// The end is the last message when reading began, or none left
+		// after this one. An R1 consumer of a replicated stream sits on any
+		// of its replicas, and a follower's NumPending can lag what the
+		// leader acknowledged and counted in LastSeq: only the leader's
+		// answer that nothing follows (deleted since) ends the read early.
+		if read >= info.State.LastSeq {
+			return read, nil
+		}
+		if more, err := after(ctx, s, read); err != nil || !more {
+			return read, err
 		}
 	}
+}
+
+// after says whether the stream's leader holds a message after seq.
+func after(ctx context.Context, s jetstream.Stream, seq uint64) (bool, error) {
+	_, err := s.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(">"))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading the stream after %d: %w", seq, err)
+	}
+	return true, nil
 }

@@ -26,36 +26,41 @@ type Sink interface {
 	Close() error
 }
 
-// Open parses a sink's address: nats://host:port (JetStream), with the
-// query parameters stream=NAME, replicas=N (on a JetStream cluster) and
-// creds=FILE (a NATS credentials file); http(s)://... (CloudEvents over
-// HTTP); or stdout (JSON lines).
+// Open parses a sink's address: nats://host:port (JetStream; a cluster's
+// servers separated by commas), with the query parameters stream=NAME,
+// replicas=N (on a JetStream cluster) and creds=FILE (a NATS credentials
+// file); http(s)://... (CloudEvents over HTTP); or stdout (JSON lines).
 func Open(ctx context.Context, addr string, stdout io.Writer) (Sink, error) {
 	if addr == "stdout" || addr == "-" {
 		return NewLines(stdout), nil
 	}
-	u, err := url.Parse(addr)
-	if err != nil {
-		return nil, fmt.Errorf("audit sink %q: %w", addr, err)
-	}
-	switch strings.ToLower(u.Scheme) {
+	scheme, _, _ := strings.Cut(addr, "://")
+	switch strings.ToLower(scheme) {
 	case "nats", "tls":
-		o, err := jetStreamOptions(u)
+		o, err := jetStreamOptions(addr)
 		if err != nil {
 			return nil, fmt.Errorf("audit sink %q: %w", addr, err)
 		}
 		return NewJetStream(ctx, o)
 	case "http", "https":
+		if _, err := url.Parse(addr); err != nil {
+			return nil, fmt.Errorf("audit sink %q: %w", addr, err)
+		}
 		return NewHTTP(addr)
 	default:
 		return nil, fmt.Errorf("audit sink %q: want nats://, http(s):// or stdout", addr)
 	}
 }
 
-// jetStreamOptions reads a nats:// address and its query.
-func jetStreamOptions(u *url.URL) (JetStreamOptions, error) {
-	q := u.Query()
-	o := JetStreamOptions{Stream: q.Get("stream"), Credentials: q.Get("creds")}
+// jetStreamOptions reads a nats:// address: its servers, and its query.
+func jetStreamOptions(addr string) (JetStreamOptions, error) {
+	servers, query, _ := strings.Cut(addr, "?")
+	var o JetStreamOptions
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return o, err
+	}
+	o.Stream, o.Credentials = q.Get("stream"), q.Get("creds")
 	if r := q.Get("replicas"); r != "" {
 		n, err := strconv.Atoi(r)
 		if err != nil || n < 1 || n > 5 {
@@ -68,8 +73,18 @@ func jetStreamOptions(u *url.URL) (JetStreamOptions, error) {
 			return o, fmt.Errorf("unknown parameter %q: want stream, replicas or creds", k)
 		}
 	}
-	server := *u
-	server.RawQuery = ""
-	o.URL = server.String()
+	scheme, _, _ := strings.Cut(servers, "://")
+	var urls []string
+	for _, s := range strings.Split(servers, ",") {
+		if !strings.Contains(s, "://") {
+			s = scheme + "://" + s // the next servers of nats://a:4222,b:4222
+		}
+		u, err := url.Parse(s)
+		if err != nil || u.Host == "" || u.Path != "" {
+			return o, fmt.Errorf("server %q: want %s://host:port", s, scheme)
+		}
+		urls = append(urls, u.String())
+	}
+	o.URL = strings.Join(urls, ",")
 	return o, nil
 }

@@ -3,7 +3,6 @@ package audit
 import (
 	"context"
 	"io"
-	"net/url"
 	"strings"
 	"testing"
 )
@@ -19,14 +18,16 @@ func TestOpenReadsTheSinksAddress(t *testing.T) {
 		{addr: "nats://nats.example:4222", want: JetStreamOptions{URL: "nats://nats.example:4222"}},
 		{addr: "nats://nats.example:4222?stream=BILLING&replicas=3&creds=/etc/macrack/nats.creds",
 			want: JetStreamOptions{URL: "nats://nats.example:4222", Stream: "BILLING", Replicas: 3, Credentials: "/etc/macrack/nats.creds"}},
+		{addr: "nats://n1.example:4222,n2.example:4222,nats://n3.example:4222?replicas=3",
+			want: JetStreamOptions{URL: "nats://n1.example:4222,nats://n2.example:4222,nats://n3.example:4222", Replicas: 3}},
+		{addr: "tls://n1.example:4222,n2.example:4222", want: JetStreamOptions{URL: "tls://n1.example:4222,tls://n2.example:4222"}},
 		{addr: "nats://nats.example:4222?replicas=9", err: `replicas="9": want 1 to 5`},
 		{addr: "nats://nats.example:4222?replica=3", err: `unknown parameter "replica"`},
+		{addr: "nats://n1.example:4222,,n2.example:4222", err: `server "nats://": want nats://host:port`},
+		{addr: "nats://n1.example:4222/MACRACK", err: `server "nats://n1.example:4222/MACRACK": want nats://host:port`},
+		{addr: "nats://n1.example:4222?replicas=%zz", err: `invalid URL escape`},
 	} {
-		u, err := url.Parse(tc.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := jetStreamOptions(u)
+		got, err := jetStreamOptions(tc.addr)
 		switch {
 		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
 			t.Errorf("%s: error %v, want %q", tc.addr, err, tc.err)

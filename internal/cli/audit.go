@@ -34,9 +34,13 @@ Usage:
   macrackctl audit tail [flags]
 
 The stream is read from its start, and each record it holds is printed.
-JetStream stores a record re-sent with the same id within its duplicate
-window (10 minutes) once; a consumer that must count each record once
+The operator publishes each record on a subject of its own
+(macrack.audit.<kind>.<record>.<id>), which holds one message: a record
+re-sent is stored once, whenever it is re-sent. A stream an older operator
+wrote may hold a record twice; a consumer that must count each record once
 deduplicates on the id, as 'macrackctl billing report' does.
+
+--nats takes a cluster's servers separated by commas.
 
 Flags:
   --nats URL            the NATS server (default: $MACRACK_AUDIT_NATS, then

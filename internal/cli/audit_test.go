@@ -105,8 +105,10 @@ func jetStreamOf(t *testing.T, url string) nats.JetStreamContext {
 	return js
 }
 
-// publishCopy stores ev once more under another message id: what a sink
-// re-sending it after JetStream's duplicate window would leave.
+// publishCopy stores ev once more, on its type's subject under another
+// message id: what an older operator, which published every record of a
+// type on one subject, left when it re-sent a record past JetStream's
+// duplicate window.
 func publishCopy(t *testing.T, url string, ev cloudevents.Event) {
 	t.Helper()
 	js := jetStreamOf(t, url)
@@ -114,7 +116,7 @@ func publishCopy(t *testing.T, url string, ev cloudevents.Event) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.Publish(audit.Subject(ev.Type()), b, nats.MsgId(ev.ID()+"#late")); err != nil {
+	if _, err := js.Publish(audit.SubjectPrefix+strings.TrimPrefix(ev.Type(), "io.macrack."), b, nats.MsgId(ev.ID()+"#late")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -215,8 +217,8 @@ func TestAuditTailAndBillingReportAgainstARealNATSServer(t *testing.T) {
 		t.Errorf("billing report --nats: exit %d\n%s\nwant:\n%s\nstderr:\n%s", report.code, report.stdout, dayTable, report.stderr)
 	}
 
-	// A copy stored past the duplicate window is in the stream twice:
-	// audit tail shows both, billing counts it once.
+	// A copy an older operator stored past its duplicate window is in the
+	// stream twice: audit tail shows both, billing counts it once.
 	publishCopy(t, url, bound)
 	twice := runCLI(t, "", "audit", "tail", "--nats", url)
 	if n := strings.Count(twice.stdout, bound.ID()+"\n"); twice.code != 0 || n != 2 {

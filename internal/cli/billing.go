@@ -49,7 +49,8 @@ Flags:
   --from TIME           the window's start, RFC 3339, like 2026-06-01T00:00:00Z
                         (required)
   --to TIME             the window's end, RFC 3339, after --from (required)
-  --nats URL            read the JetStream stream on this NATS server
+  --nats URL            read the JetStream stream on this NATS server (a
+                        cluster's servers separated by commas)
   --file FILE           read a JSON-lines file instead; - reads stdin
                         (exactly one of --nats and --file)
   --stream NAME         the stream, with --nats (default MACRACK_AUDIT)

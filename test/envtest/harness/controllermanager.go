@@ -191,7 +191,7 @@ func (e *Env) StartControllerManager(o ControllerManagerOptions) (*ControllerMan
 	}
 	cmd.Stdout, cmd.Stderr = out, out
 	// Pdeathsig: it dies with the test binary, even one killed by a timeout.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = childProcAttr(syscall.SIGKILL)
 	if err := cmd.Start(); err != nil {
 		cm.closeLog()
 		return nil, fmt.Errorf("starting %s: %w", bin, err)

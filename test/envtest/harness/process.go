@@ -159,7 +159,7 @@ func (e *Env) StartOperatorProcess(ctx context.Context, o OperatorProcessOptions
 	cmd.Env = append(os.Environ(), "POD_NAMESPACE="+OperatorNamespace)
 	cmd.Stdout, cmd.Stderr = p.logFile, p.logFile
 	// Pdeathsig: it dies with the test binary, even one killed by a timeout.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = childProcAttr(syscall.SIGKILL)
 	if err := cmd.Start(); err != nil {
 		_ = p.logFile.Close()
 		return nil, fmt.Errorf("starting %s: %w", o.Binary, err)
