@@ -18,7 +18,6 @@ import (
 	"github.com/go-logr/logr"
 
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -35,7 +34,7 @@ import (
 func main() {
 	var (
 		kubeconfig, serial, agentsNS, stateDir, driverName, helperPath, tokenFile string
-		guestKeyFile                                                              string
+		guestKeyFile, managedPrefs                                                string
 		heartbeat, facts, tokenTTL, simRebootTime                                 time.Duration
 		simDisk, simBootArgs, simChip, cacheBudget, registryAuth                  string
 		pullConcurrency                                                           int
@@ -49,6 +48,7 @@ func main() {
 	fs.StringVar(&driverName, "driver", "sim", "The VM driver: sim, or vz on a Mac.")
 	fs.StringVar(&helperPath, "vm-helper", "", "The vm-helper binary; defaults to vm-helper beside this one.")
 	fs.StringVar(&tokenFile, "token-file", "", "Where the agent keeps its renewed token; defaults to <state-dir>/token.")
+	fs.StringVar(&managedPrefs, "managed-preferences", "", "On a Mac, the chassis' managed preferences (its MDM profile): the serial, the agents' namespace and the bootstrap kubeconfig, for the flags not given.")
 	fs.StringVar(&guestKeyFile, "guest-key-file", "", "Where the agent keeps the chassis' guest key, which opens its instances' sealed guest configs; defaults to <state-dir>/guest-key.")
 	fs.DurationVar(&heartbeat, "heartbeat-interval", 10*time.Second, "How often the heartbeat Lease is renewed.")
 	fs.DurationVar(&facts, "facts-interval", 5*time.Minute, "How often the hardware facts are reported again.")
@@ -75,6 +75,13 @@ func main() {
 	ctrl.SetLogger(log)
 
 	if err := func() error {
+		var kubeconfigData []byte
+		if managedPrefs != "" {
+			var err error
+			if kubeconfigData, err = managedSettings(fs, managedPrefs); err != nil {
+				return err
+			}
+		}
 		if serial == "" {
 			return fmt.Errorf("--serial is required")
 		}
@@ -92,9 +99,9 @@ func main() {
 		if guestKeyFile == "" {
 			guestKeyFile = host.DefaultGuestKeyPath(stateDir)
 		}
-		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		cfg, err := restConfig(kubeconfig, kubeconfigData)
 		if err != nil {
-			return fmt.Errorf("loading %s: %w", kubeconfig, err)
+			return err
 		}
 		if cfg, err = agent.WithTokenFile(cfg, tokenFile); err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/enroll"
+	"github.com/boualleiguie/macrack-operator/internal/mdm"
 	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
 )
 
@@ -62,6 +63,13 @@ Flags:
   --kubeconfig FILE          the administrator's kubeconfig (default: $KUBECONFIG,
                              then ~/.kube/config)
   -o, --out FILE             write the kubeconfig to FILE (mode 0600) instead of stdout
+  --profile FILE             write the chassis' configuration profile (.mobileconfig,
+                             mode 0600) to FILE: the agent's settings with the
+                             bootstrap kubeconfig as managed preferences, and
+                             software updates that never install or restart on
+                             their own. Upload it to your MDM for this Mac alone
+                             (docs/mdm.md). With --profile and no -o, no
+                             kubeconfig is printed
 
 Exit codes: 0 enrolled; 2 bad arguments or the cluster refused.
 `
@@ -133,6 +141,7 @@ func runEnroll(ctx context.Context, e env, args []string) error {
 	kubeconfig := fs.String("kubeconfig", "", "")
 	out := fs.String("out", "", "")
 	fs.StringVar(out, "o", "", "")
+	profile := fs.String("profile", "", "")
 	pos, err := parseFlags(fs, "node enroll", args, e.stdout, enrollUsage)
 	if err != nil {
 		return err
@@ -151,14 +160,40 @@ func runEnroll(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w: enrolling %s: %w", errInput, pos[0], err)
 	}
+	enrolled := fmt.Sprintf("enrolled %s (MacNode %s, ServiceAccount %s/agent-%s)",
+		pos[0], enroll.NodeName(pos[0]), *ns, enroll.NodeName(pos[0]))
+	if *profile != "" {
+		doc, err := mdm.Profile(mdm.Settings{Serial: pos[0], AgentsNamespace: *ns, BootstrapKubeconfig: string(kc)}, mdm.NewPayloadUUID)
+		if err != nil {
+			return fmt.Errorf("%w: the profile of %s: %w", errInput, pos[0], err)
+		}
+		if err := writePrivate(*profile, doc); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stderr, "%s; configuration profile %s written to %s\n", enrolled, mdm.ProfileIdentifier(pos[0]), *profile)
+		if *out == "" {
+			return nil
+		}
+	}
 	if *out == "" {
 		_, err = e.stdout.Write(kc)
 		return err
 	}
-	if err := os.WriteFile(*out, kc, 0o600); err != nil {
+	if err := writePrivate(*out, kc); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "%s; bootstrap kubeconfig written to %s\n", enrolled, *out)
+	return nil
+}
+
+// writePrivate writes a file that holds a token: mode 0600, even over an
+// existing file that had another.
+func writePrivate(path string, b []byte) error {
+	if err := os.WriteFile(path, b, 0o600); err != nil {
 		return fmt.Errorf("%w: %w", errInput, err)
 	}
-	fmt.Fprintf(e.stderr, "enrolled %s (MacNode %s, ServiceAccount %s/agent-%s); bootstrap kubeconfig written to %s\n",
-		pos[0], enroll.NodeName(pos[0]), *ns, enroll.NodeName(pos[0]), *out)
+	if err := os.Chmod(path, 0o600); err != nil {
+		return fmt.Errorf("%w: %w", errInput, err)
+	}
 	return nil
 }

@@ -8,10 +8,10 @@ import (
 	"github.com/go-logr/logr"
 )
 
-// LaunchdRebooter reboots the Mac through the root LaunchDaemon of
-// RebootDaemonPlist: the agent, unprivileged, connects to the daemon's
-// socket and launchd runs /sbin/shutdown -r now as root. Only a reboot: it
-// changes no setting of the host.
+// LaunchdRebooter reboots the Mac through the root LaunchDaemon
+// deploy/macos/io.macrack.reboot.plist: the agent, unprivileged, connects
+// to the daemon's socket and launchd runs /sbin/shutdown -r now as root.
+// Only a reboot: it changes no setting of the host.
 type LaunchdRebooter struct {
 	// SocketPath is the daemon's socket; RebootSocketPath by default.
 	SocketPath string

@@ -12,8 +12,16 @@ package host
 //
 // The socket's mode is 0666; its directory, root:<the agent's group> 0750,
 // is what admits the agent alone, whatever owner and group launchd gives
-// the socket itself (SockPathOwner and SockPathGroup want numeric IDs this
-// constant cannot know).
+// the socket itself (SockPathOwner and SockPathGroup want numeric IDs a
+// plist shared by every Mac cannot know).
+//
+// The LaunchDaemon itself is deploy/macos/io.macrack.reboot.plist, which
+// the host package installs (root:wheel, 0644) and its postinstall loads
+// with launchctl bootstrap system. It runs nothing at load and is never
+// kept alive: only a connection runs it. AbandonProcessGroup keeps launchd
+// from killing the background child shutdown forks to carry out the reboot
+// when the job's process exits. deploy/macos's tests hold it to the
+// constants below.
 
 const (
 	// RebootDaemonLabel is the LaunchDaemon's label.
@@ -25,51 +33,3 @@ const (
 	// RebootSocketPath is the socket launchd listens on for the job.
 	RebootSocketPath = RebootSocketDir + "/reboot.sock"
 )
-
-// RebootDaemonPlist is the LaunchDaemon, installed as RebootDaemonPlistPath
-// (root:wheel, 0644) and loaded with launchctl bootstrap system. It runs
-// nothing at load and is never kept alive: only a connection runs it.
-// AbandonProcessGroup keeps launchd from killing the background child
-// shutdown forks to carry out the reboot when the job's process exits.
-const RebootDaemonPlist = `<?xml version="1.0" encoding="UTF-8"?>
-<!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
-<plist version="1.0">
-<dict>
-	<key>Label</key>
-	<string>` + RebootDaemonLabel + `</string>
-	<key>UserName</key>
-	<string>root</string>
-	<key>ProgramArguments</key>
-	<array>
-		<string>/sbin/shutdown</string>
-		<string>-r</string>
-		<string>now</string>
-	</array>
-	<key>Sockets</key>
-	<dict>
-		<key>Listener</key>
-		<dict>
-			<key>SockType</key>
-			<string>stream</string>
-			<key>SockFamily</key>
-			<string>Unix</string>
-			<key>SockPathName</key>
-			<string>` + RebootSocketPath + `</string>
-			<key>SockPathMode</key>
-			<integer>438</integer>
-		</dict>
-	</dict>
-	<key>inetdCompatibility</key>
-	<dict>
-		<key>Wait</key>
-		<false/>
-	</dict>
-	<key>RunAtLoad</key>
-	<false/>
-	<key>KeepAlive</key>
-	<false/>
-	<key>AbandonProcessGroup</key>
-	<true/>
-</dict>
-</plist>
-`

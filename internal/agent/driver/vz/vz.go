@@ -82,8 +82,34 @@ func (d *Driver) NewVM(spec vmspec.VMSpec) (driver.VM, error) {
 	return &VM{vm: vm, spec: spec, opts: d.opts, log: d.opts.log.WithValues("vm", spec.Name)}, nil
 }
 
-// configure translates spec, field by field.
+// configure renders spec and validates the result on this host: its
+// hardware model must be one the host runs.
 func configure(spec vmspec.VMSpec) (*vzf.VirtualMachineConfiguration, error) {
+	r, err := render(spec)
+	if err != nil {
+		return nil, err
+	}
+	if !r.platform.HardwareModel().Supported() {
+		return nil, &driver.VZError{Domain: driver.DomainVZ, Code: driver.CodeInvalidVirtualMachineConfiguration,
+			Message: "this host does not support the image's hardware model"}
+	}
+	if _, err := r.config.Validate(); err != nil {
+		return nil, err
+	}
+	return r.config, nil
+}
+
+// rendered is a VMSpec as Virtualization.framework objects, with the
+// parts the darwin tests read back.
+type rendered struct {
+	config   *vzf.VirtualMachineConfiguration
+	platform *vzf.MacPlatformConfiguration
+	mac      *vzf.MACAddress
+}
+
+// render translates spec, field by field, without validating the result:
+// that is configure's, on a host that runs VMs.
+func render(spec vmspec.VMSpec) (*rendered, error) {
 	boot, err := vzf.NewMacOSBootLoader()
 	if err != nil {
 		return nil, err
@@ -91,10 +117,6 @@ func configure(spec vmspec.VMSpec) (*vzf.VirtualMachineConfiguration, error) {
 	model, err := vzf.NewMacHardwareModelWithData(spec.HardwareModel)
 	if err != nil {
 		return nil, err
-	}
-	if !model.Supported() {
-		return nil, &driver.VZError{Domain: driver.DomainVZ, Code: driver.CodeInvalidVirtualMachineConfiguration,
-			Message: "this host does not support the image's hardware model"}
 	}
 	machineID, err := vzf.NewMacMachineIdentifierWithData(spec.MachineIdentifier)
 	if err != nil {
@@ -171,11 +193,7 @@ func configure(spec vmspec.VMSpec) (*vzf.VirtualMachineConfiguration, error) {
 	}
 	graphics.SetDisplays(display)
 	cfg.SetGraphicsDevicesVirtualMachineConfiguration([]vzf.GraphicsDeviceConfiguration{graphics})
-
-	if _, err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	return cfg, nil
+	return &rendered{config: cfg, platform: platform, mac: mac}, nil
 }
 
 // VM is a Virtualization.framework VM.
