@@ -18,9 +18,6 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 
-	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
-	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
-	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/admission"
 	"github.com/boualleiguie/macrack-operator/internal/agent"
 	"github.com/boualleiguie/macrack-operator/internal/enforcement"
@@ -34,7 +31,7 @@ import (
 // declaredPoints are the points each layer declares in its own package.
 func declaredPoints() []enforcement.Point {
 	return slices.Concat(
-		leasingv1alpha1.SchemaEnforcement, fleetv1alpha1.SchemaEnforcement, computev1alpha1.SchemaEnforcement,
+		enforcement.SchemaPoints,
 		admission.WebhookEnforcement,
 		leasecontroller.Enforcement, nodecontroller.Enforcement, placementcontroller.Enforcement,
 		agent.Enforcement,

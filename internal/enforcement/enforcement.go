@@ -1,7 +1,8 @@
 // Package enforcement is the registry of where each rule is enforced. Each
 // layer declares its own points next to the code that enforces them: the
-// CRD schema in api/, the webhook in internal/admission, each reconciler in
-// its package, the host agent in internal/agent. The ValidatingAdmissionPolicy
+// webhook in internal/admission, each reconciler in its package, the host
+// agent in internal/agent. The CRD schema's points are in schema.go, as
+// api/ holds types only. The ValidatingAdmissionPolicy
 // layer is declared by the CEL twins themselves. docs/compliance.md's matrix
 // is generated from these points, and hack/policygen's tests hold every
 // point to the test that proves its layer alone.

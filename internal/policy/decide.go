@@ -39,6 +39,27 @@ func (d Decision) Codes() []string {
 type prepared struct {
 	in   Input
 	rego ast.Value
+	// shape is what the request fixes in advance of its objects; known
+	// renders it as Rego input, for a rule's first request of this shape.
+	shape shape
+	e     *Engine
+}
+
+func (p *prepared) known() ast.Value {
+	r := &p.in.Request
+	params, err := p.e.input.paramsTerm(p.in.Params)
+	if err != nil {
+		params = ast.NullTerm()
+	}
+	return ast.NewObject(
+		[2]*ast.Term{keyRequest, ast.ObjectTerm(
+			[2]*ast.Term{keyOperation, ast.InternedTerm(r.Operation)},
+			[2]*ast.Term{keyKind, p.e.input.kind(r.Kind)},
+			[2]*ast.Term{keyResource, p.e.input.resource(r.Resource)},
+			[2]*ast.Term{keySubResource, ast.InternedTerm(r.SubResource)},
+		)},
+		[2]*ast.Term{keyParams, params},
+	)
 }
 
 func (e *Engine) prepare(in Input) (*prepared, error) {
@@ -54,7 +75,9 @@ func (e *Engine) prepare(in Input) (*prepared, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: converting for Rego: %w", ErrInput, err)
 	}
-	return &prepared{in: in, rego: value}, nil
+	r := &in.Request
+	return &prepared{in: in, rego: value, e: e, shape: shape{operation: r.Operation, subResource: r.SubResource,
+		kind: r.Kind, resource: r.Resource, params: in.Params}}, nil
 }
 
 // Decide evaluates every rule that applies to the request's kind. It fails
@@ -113,7 +136,7 @@ func (e *Engine) Answers(ctx context.Context, id string, in Input) (regoAnswer, 
 func (e *Engine) evalBoth(ctx context.Context, stop topdown.Cancel, r *Rule, p *prepared) (regoOut, celOut outcome, celApplies bool) {
 	if r.rego != nil {
 		start := time.Now()
-		regoOut = r.rego.eval(ctx, p.rego, stop)
+		regoOut = r.rego.decide(ctx, p, stop)
 		observe(r.metrics.rego, start)
 	} else {
 		regoOut = outcome{missing: true}

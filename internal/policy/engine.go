@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
 	"slices"
 	"sort"
@@ -36,6 +37,8 @@ type Engine struct {
 	celFiles []*celFile
 	// input converts requests for Rego, sharing the parts that repeat.
 	input regoInput
+	// whole turns off the rules' specialization by request shape.
+	whole bool
 }
 
 // Rule is one invariant and its engines.
@@ -71,6 +74,11 @@ func WithTimeout(d time.Duration) Option { return func(e *Engine) { e.timeout = 
 // WithDefaultParams sets the params used when an Input carries none.
 func WithDefaultParams(p Params) Option { return func(e *Engine) { e.params = p } }
 
+// WithoutSpecialization evaluates every rule's whole Rego query for every
+// request, rather than the query specialized for the request's shape: the
+// reference the tests hold the specialized queries to.
+func WithoutSpecialization() Option { return func(e *Engine) { e.whole = true } }
+
 // DefaultTimeout bounds one Decide unless WithTimeout says otherwise.
 const DefaultTimeout = 2 * time.Second
 
@@ -95,7 +103,17 @@ func Load(ctx context.Context, fsys fs.FS, opts ...Option) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrLoad, err)
 	}
-	compiler := ast.NewCompiler().WithCapabilities(capabilities()).WithUseTypeCheckAnnotations(true)
+	// The rules' modules and the libraries as parsed, for the queries
+	// specialized by request shape, which compile with them.
+	parsed := make(map[string]*ast.Module, len(modules))
+	libraries := map[string]*ast.Module{}
+	for name, m := range modules {
+		parsed[name] = m.Copy()
+		if r, err := ruleFromMetadata(name, m); err == nil && r == nil {
+			libraries[name] = parsed[name]
+		}
+	}
+	compiler := newCompiler()
 	if compiler.Compile(modules); compiler.Failed() {
 		return nil, fmt.Errorf("%w: %w", ErrLoad, compiler.Errors)
 	}
@@ -118,7 +136,9 @@ func Load(ctx context.Context, fsys fs.FS, opts ...Option) (*Engine, error) {
 		if _, dup := byID[r.ID]; dup {
 			return nil, fmt.Errorf("%w: rule %s is defined twice", ErrLoad, r.ID)
 		}
-		if r.rego, err = prepareRego(ctx, compiler, r.ID, m.Package.Path); err != nil {
+		own := maps.Clone(libraries)
+		own[name] = parsed[name]
+		if r.rego, err = prepareRego(ctx, compiler, r.ID, m.Package.Path, own, e.whole); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrLoad, err)
 		}
 		byID[r.ID] = r

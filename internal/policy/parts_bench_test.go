@@ -64,7 +64,7 @@ func benchEngines(b *testing.B, r *Rule, p *prepared) {
 	defer release()
 	b.Run("rego", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			r.rego.eval(ctx, p.rego, stop)
+			r.rego.decide(ctx, p, stop)
 		}
 	})
 	b.Run("cel", func(b *testing.B) {

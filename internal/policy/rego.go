@@ -8,13 +8,50 @@ import (
 	opametrics "github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/topdown"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// regoRule is a rule's prepared Rego query: data.macrack.<area>.<rule>.violations.
+// regoRule is a rule's Rego: the query data.macrack.<area>.<rule>.violations
+// prepared on the whole bundle, and the same query specialized, by partial
+// evaluation, for each shape of request it is asked about (see shape).
 type regoRule struct {
 	id    string
 	query rego.PreparedEvalQuery
+	// compiler is the bundle's, which partial evaluation reads; modules
+	// are the rule's module and the libraries, parsed and not compiled, for
+	// the specialized queries' compilers.
+	compiler *ast.Compiler
+	modules  map[string]*ast.Module
+	pkg      ast.Ref
+	// whole turns specialization off: every request runs query.
+	whole       bool
+	specialized boundedCache[shape, *specialized]
 }
+
+// shape is what a request fixes in advance of its objects: the operation,
+// the kind and resource, the subresource and the params. Rules test these in
+// their guards, and read the agents' namespace, the operator's name and the
+// token audiences from the params; a query specialized for a shape has them
+// evaluated once, and keeps only the bodies that can apply to it.
+type shape struct {
+	operation, subResource string
+	kind                   schema.GroupVersionKind
+	resource               schema.GroupVersionResource
+	params                 Params
+}
+
+// specialized is a rule's query for one shape.
+type specialized struct {
+	query rego.PreparedEvalQuery
+	// none reports that no violation can arise for the shape: its guards
+	// exclude it. Decide skips the rule.
+	none bool
+	// err is why the shape runs the whole query, if it does.
+	err error
+}
+
+// violationsVar binds the rule's violations in every query.
+const violationsVar = "violations"
 
 // forbiddenBuiltins are left out of the capabilities: rules never read the
 // wall clock or reach outside the input, so that a decision depends on the
@@ -41,17 +78,110 @@ func capabilities() *ast.Capabilities {
 	return caps
 }
 
-func prepareRego(ctx context.Context, compiler *ast.Compiler, id string, pkg ast.Ref) (*regoRule, error) {
-	query := pkg.Append(ast.StringTerm("violations")).String()
+func newCompiler() *ast.Compiler {
+	return ast.NewCompiler().WithCapabilities(capabilities()).WithUseTypeCheckAnnotations(true)
+}
+
+// violationsQuery is `violations = <pkg>.violations`.
+func violationsQuery(pkg ast.Ref) ast.Body {
+	return ast.NewBody(ast.Equality.Expr(ast.VarTerm(violationsVar), ast.NewTerm(pkg.Append(ast.StringTerm("violations")))))
+}
+
+func prepareRego(ctx context.Context, compiler *ast.Compiler, id string, pkg ast.Ref, modules map[string]*ast.Module, whole bool) (*regoRule, error) {
 	pq, err := rego.New(
-		rego.Query(query),
+		rego.ParsedQuery(violationsQuery(pkg)),
 		rego.Compiler(compiler),
 		rego.StrictBuiltinErrors(true),
 	).PrepareForEval(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("preparing %s: %w", query, err)
+		return nil, fmt.Errorf("preparing %s's violations: %w", id, err)
 	}
-	return &regoRule{id: id, query: pq}, nil
+	return &regoRule{id: id, query: pq, compiler: compiler, modules: modules, pkg: pkg, whole: whole}, nil
+}
+
+// unknowns are the parts of the input a shape does not fix.
+var unknowns = []*ast.Term{
+	ast.MustParseTerm("input.object"),
+	ast.MustParseTerm("input.oldObject"),
+	ast.MustParseTerm("input.now"),
+	ast.MustParseTerm("input.inventory"),
+	ast.MustParseTerm("input.request.name"),
+	ast.MustParseTerm("input.request.namespace"),
+	ast.MustParseTerm("input.request.userInfo"),
+}
+
+// forShape is the rule's query specialized for s by OPA's partial
+// evaluation: the shape's part of the input known (known renders it as the
+// input builder does), the rest unknown. Shallow inlining keeps every body
+// whole and in its order, so that a type guard still runs before the
+// builtin it guards (strict builtin errors): it evaluates, once, only what
+// the shape fixes, and drops the bodies whose guards exclude the shape. The
+// rule's text is unchanged; a shape that cannot be specialized runs the
+// whole query.
+func (r *regoRule) forShape(ctx context.Context, s shape, known func() ast.Value) *specialized {
+	if r.whole {
+		return &specialized{query: r.query}
+	}
+	sp, _ := r.specialized.get(s, func() (*specialized, error) {
+		sp, err := r.specialize(ctx, known())
+		if err != nil {
+			// Kept, so that the shape does not pay a failed specialization
+			// on every request.
+			return &specialized{query: r.query, err: err}, nil
+		}
+		return sp, nil
+	})
+	return sp
+}
+
+func (r *regoRule) specialize(ctx context.Context, input ast.Value) (*specialized, error) {
+	pq, err := rego.New(
+		rego.ParsedQuery(violationsQuery(r.pkg)),
+		rego.Compiler(r.compiler),
+		rego.ParsedUnknowns(unknowns),
+		rego.ParsedInput(input),
+		rego.StrictBuiltinErrors(true),
+		rego.ShallowInlining(true),
+	).Partial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(pq.Queries) != 1 {
+		return nil, fmt.Errorf("%s: partial evaluation gave %d queries", r.id, len(pq.Queries))
+	}
+	query := pq.Queries[0]
+	// The residual's support modules may still name the rule's own rules and
+	// the libraries: compile them together.
+	compiler := newCompiler()
+	modules := make(map[string]*ast.Module, len(r.modules)+len(pq.Support))
+	for name, m := range r.modules {
+		modules[name] = m.Copy()
+	}
+	for i, m := range pq.Support {
+		modules[fmt.Sprintf("partial/%d.rego", i)] = m
+	}
+	if compiler.Compile(modules); compiler.Failed() {
+		return nil, fmt.Errorf("%s: compiling the specialized query: %w", r.id, compiler.Errors)
+	}
+	prepared, err := rego.New(rego.ParsedQuery(query), rego.Compiler(compiler), rego.StrictBuiltinErrors(true)).PrepareForEval(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: preparing the specialized query: %w", r.id, err)
+	}
+	return &specialized{query: prepared, none: len(pq.Support) == 0 && isEmptySet(query)}, nil
+}
+
+// isEmptySet reports whether query is `violations = set()`: no violation
+// can arise.
+func isEmptySet(query ast.Body) bool {
+	if len(query) != 1 || !query[0].IsEquality() {
+		return false
+	}
+	for _, t := range query[0].Operands() {
+		if s, ok := t.Value.(ast.Set); ok && s.Len() == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // cancelOnDone returns a query cancel that fires when ctx is done, and the
@@ -62,31 +192,39 @@ func cancelOnDone(ctx context.Context) (topdown.Cancel, func() bool) {
 	return c, context.AfterFunc(ctx, c.Cancel)
 }
 
+// decide evaluates the rule on a prepared request: the query specialized for
+// its shape, unless the shape can have no violation.
+func (r *regoRule) decide(ctx context.Context, p *prepared, cancel topdown.Cancel) outcome {
+	sp := r.forShape(ctx, p.shape, p.known)
+	if sp.none {
+		return outcome{}
+	}
+	return r.eval(ctx, sp.query, p.rego, cancel)
+}
+
 // eval runs the query on the pre-converted input and normalises the answer.
 // An undefined result (no such rule) is an empty set: nothing denied. cancel
 // stops the evaluation (see cancelOnDone).
-func (r *regoRule) eval(ctx context.Context, input ast.Value, cancel topdown.Cancel) outcome {
+func (r *regoRule) eval(ctx context.Context, query rego.PreparedEvalQuery, input ast.Value, cancel topdown.Cancel) outcome {
 	// No metrics: nothing reads them, and timing every evaluation costs.
-	rs, err := r.query.Eval(ctx, rego.EvalParsedInput(input), rego.EvalMetrics(opametrics.NoOp()), rego.EvalExternalCancel(cancel))
+	rs, err := query.Eval(ctx, rego.EvalParsedInput(input), rego.EvalMetrics(opametrics.NoOp()), rego.EvalExternalCancel(cancel))
 	if err != nil {
 		return outcome{errs: []string{err.Error()}}
 	}
 	var out outcome
 	for _, result := range rs {
-		for _, expr := range result.Expressions {
-			set, ok := expr.Value.([]any)
-			if !ok {
-				return outcome{errs: []string{fmt.Sprintf("%s: violations is %T, not a set", r.id, expr.Value)}}
+		set, ok := result.Bindings[violationsVar].([]any)
+		if !ok {
+			return outcome{errs: []string{fmt.Sprintf("%s: violations is %T, not a set", r.id, result.Bindings[violationsVar])}}
+		}
+		for _, item := range set {
+			v, ok := item.(map[string]any)
+			code, okCode := v["code"].(string)
+			msg, okMsg := v["message"].(string)
+			if !ok || !okCode || !okMsg {
+				return outcome{errs: []string{fmt.Sprintf("%s: a violation is not {code, message}: %v", r.id, item)}}
 			}
-			for _, item := range set {
-				v, ok := item.(map[string]any)
-				code, okCode := v["code"].(string)
-				msg, okMsg := v["message"].(string)
-				if !ok || !okCode || !okMsg {
-					return outcome{errs: []string{fmt.Sprintf("%s: a violation is not {code, message}: %v", r.id, item)}}
-				}
-				out.violations = append(out.violations, Violation{Rule: r.id, Code: code, Message: msg})
-			}
+			out.violations = append(out.violations, Violation{Rule: r.id, Code: code, Message: msg})
 		}
 	}
 	return out

@@ -27,13 +27,13 @@ func TestACancelledQueryFailsClosed(t *testing.T) {
 	ctx := context.Background()
 
 	live := topdown.NewCancel()
-	if out := r.rego.eval(ctx, p.rego, live); len(out.errs) != 0 || len(out.violations) != 0 {
+	if out := r.rego.decide(ctx, p, live); len(out.errs) != 0 || len(out.violations) != 0 {
 		t.Fatalf("uncancelled: want an allowed answer, got %+v", out)
 	}
 
 	cancelled := topdown.NewCancel()
 	cancelled.Cancel()
-	out := r.rego.eval(ctx, p.rego, cancelled)
+	out := r.rego.decide(ctx, p, cancelled)
 	if len(out.errs) == 0 || !strings.Contains(strings.Join(out.errs, " "), "cancel") {
 		t.Fatalf("cancelled: want a cancellation error, got %+v", out)
 	}

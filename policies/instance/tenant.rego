@@ -17,36 +17,7 @@ import data.macrack.lib
 
 code := "instance.tenant"
 
-# Fast form: BENCHMARKS.md, "Policy engine".
-violations := set() if routine_write
-
-else := checks
-
-# An instance created in the namespace of the Bound lease it names, a lease
-# not being deleted, or updated with that lease and no new placement, has
-# none of the problems below.
-routine_write if {
-	input.request.kind.kind == "MacOSInstance"
-	input.request.operation == "CREATE"
-	lease := input.inventory.lease
-	is_object(lease)
-	object.get(lease, ["metadata", "namespace"], "") == object.get(input, ["object", "metadata", "namespace"], "")
-	object.get(lease, ["metadata", "name"], "") == object.get(input, ["object", "spec", "leaseName"], "")
-	object.get(lease, ["status", "phase"], "Pending") == "Bound"
-	object.get(lease, ["metadata", "deletionTimestamp"], null) == null
-}
-
-routine_write if {
-	input.request.kind.kind == "MacOSInstance"
-	input.request.operation == "UPDATE"
-	lease := input.inventory.lease
-	is_object(lease)
-	object.get(lease, ["metadata", "namespace"], "") == object.get(input, ["object", "metadata", "namespace"], "")
-	object.get(lease, ["metadata", "name"], "") == object.get(input, ["object", "spec", "leaseName"], "")
-	object.get(input, ["object", "status", "nodeName"], "") == object.get(input, ["oldObject", "status", "nodeName"], "")
-}
-
-checks contains {"code": code, "message": concat("", ["instance.tenant: ", problem])} if {
+violations contains {"code": code, "message": concat("", ["instance.tenant: ", problem])} if {
 	input.request.kind.kind == "MacOSInstance"
 	some problem in problems
 }

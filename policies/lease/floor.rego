@@ -16,43 +16,10 @@ import data.macrack.lib
 
 code := "lease.floor"
 
-# Fast form: BENCHMARKS.md, "Policy engine".
-violations := set() if routine_write
-
-else := checks
-
-checks contains {"code": code, "message": concat("", ["lease.floor: ", problem])} if {
+violations contains {"code": code, "message": concat("", ["lease.floor: ", problem])} if {
 	input.request.kind.kind == "MacNodeLease"
 	input.request.operation in {"CREATE", "UPDATE"}
 	some problem in problems
-}
-
-# A lease created with a minimumDuration from 24h to 87600h and no status
-# times, or updated with the same minimumDuration, boundAt and
-# earliestReleaseAt, has none of the problems below.
-routine_write if {
-	input.request.kind.kind == "MacNodeLease"
-	input.request.operation == "CREATE"
-	d := input.object.spec.minimumDuration
-	is_string(d)
-	regex.match(`^[0-9]{1,6}(\.[0-9]+)?(h([0-9]{1,6}(\.[0-9]+)?m)?([0-9]{1,6}(\.[0-9]+)?s)?|m([0-9]{1,6}(\.[0-9]+)?s)?|s)$`, d)
-	time.parse_duration_ns(d) >= 86400000000000
-	time.parse_duration_ns(d) <= 315360000000000000
-	object.get(input, ["object", "status", "boundAt"], null) == null
-	object.get(input, ["oldObject", "status", "earliestReleaseAt"], null) == null
-}
-
-routine_write if {
-	input.request.kind.kind == "MacNodeLease"
-	input.request.operation == "UPDATE"
-	d := input.object.spec.minimumDuration
-	is_string(d)
-	regex.match(`^[0-9]{1,6}(\.[0-9]+)?(h([0-9]{1,6}(\.[0-9]+)?m)?([0-9]{1,6}(\.[0-9]+)?s)?|m([0-9]{1,6}(\.[0-9]+)?s)?|s)$`, d)
-	time.parse_duration_ns(d) >= 86400000000000
-	time.parse_duration_ns(d) <= 315360000000000000
-	d == object.get(input, ["oldObject", "spec", "minimumDuration"], null)
-	object.get(input, ["object", "status", "boundAt"], null) == object.get(input, ["oldObject", "status", "boundAt"], null)
-	object.get(input, ["object", "status", "earliestReleaseAt"], null) == object.get(input, ["oldObject", "status", "earliestReleaseAt"], null)
 }
 
 floor_ns := 86400000000000 # 24h

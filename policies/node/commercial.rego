@@ -21,31 +21,13 @@ import data.macrack.lib
 
 code := "node.commercial"
 
-# Fast form: BENCHMARKS.md, "Policy engine".
-violations := set() if commercial_class
-
-else := checks
-
-# A class whose disk is a plain quantity of at least 1T and whose NIC is a
-# number of at least 10 Gb has none of the class problems below.
-commercial_class if {
-	input.request.kind.kind == "MacNodeClass"
-	disk := input.object.spec.disk
-	is_string(disk)
-	regex.match(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$`, disk)
-	units.parse(disk) >= 1000000000000
-	gbps := input.object.spec.networkGbps
-	is_number(gbps)
-	gbps >= 10
-}
-
-checks contains {"code": code, "message": concat("", ["node.commercial: ", problem])} if {
+violations contains {"code": code, "message": concat("", ["node.commercial: ", problem])} if {
 	input.request.kind.kind == "MacNodeClass"
 	input.request.operation in {"CREATE", "UPDATE"}
 	some problem in class_problems
 }
 
-checks contains {"code": code, "message": sprintf("node.commercial: MacNode %s cannot become %s: %s", [node_name, lib.new.status.phase, problem])} if {
+violations contains {"code": code, "message": sprintf("node.commercial: MacNode %s cannot become %s: %s", [node_name, lib.new.status.phase, problem])} if {
 	input.request.kind.kind == "MacNode"
 	lib.enters_service
 	some problem in node_problems

@@ -1,6 +1,6 @@
 // Package boundaries checks the import rules that keep the host agent a
-// client of the Kubernetes API only, and the policy package free of controller
-// code (DESIGN, "Boundaries").
+// client of the Kubernetes API only, the policy package free of controller
+// code (DESIGN, "Boundaries"), and api/ free of anything under internal/.
 package boundaries
 
 import (
@@ -23,6 +23,12 @@ var Rules = []Rule{
 	{
 		Guarded:   []string{"cmd/agent", "cmd/vm-helper", "internal/agent", "internal/guest"},
 		Forbidden: []string{"internal/reconcile", "internal/admission"},
+	},
+	{
+		// api/ holds types only: controllers, the CLI and other projects
+		// import it, and it imports nothing of the operator's.
+		Guarded:   []string{"api"},
+		Forbidden: []string{"internal"},
 	},
 	{
 		Guarded:   []string{"internal/policy"},

@@ -2,6 +2,7 @@ package boundaries
 
 import (
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -16,19 +17,20 @@ func TestTheRepositoryKeepsItsImportBoundaries(t *testing.T) {
 	t.Logf("checked %d guarded packages: %v", len(checked), checked)
 }
 
-func TestTheCheckCatchesAnAgentThatImportsAReconcilerAndARunnerThatReadsIndexes(t *testing.T) {
+func TestTheCheckCatchesAnAgentThatImportsAReconcilerARunnerThatReadsIndexesAndAnAPIThatImportsInternal(t *testing.T) {
 	violations, checked, err := Check(filepath.Join("testdata", "violation"), Rules)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(checked) != 3 {
-		t.Fatalf("want the fixture's agent, guest and runner packages checked, got %v", checked)
+	if len(checked) != 4 {
+		t.Fatalf("want the fixture's api, agent, guest and runner packages checked, got %v", checked)
 	}
 	want := []Violation{
 		{Package: "example.com/violation/internal/agent", Imports: "example.com/violation/internal/reconcile/lease"},
+		{Package: "example.com/violation/api/fleet/v1alpha1", Imports: "example.com/violation/internal/enforcement"},
 		{Package: "example.com/violation/internal/reconcile/gitlabrunner", Imports: "example.com/violation/internal/index"},
 	}
-	if len(violations) != len(want) || violations[0] != want[0] || violations[1] != want[1] {
+	if !slices.Equal(violations, want) {
 		t.Fatalf("want exactly %v, got %v", want, violations)
 	}
 }

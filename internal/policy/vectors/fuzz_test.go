@@ -7,9 +7,6 @@ import (
 	"os"
 	"testing"
 	"time"
-
-	"github.com/boualleiguie/macrack-operator/internal/policy"
-	"github.com/boualleiguie/macrack-operator/policies"
 )
 
 // mutator sets one schema-valid value, derived from s and n, somewhere in an
@@ -194,13 +191,12 @@ func quarantine(s string, n int64) map[string]any {
 }
 
 // FuzzEnginesAgree mutates schema-valid vector inputs and asserts that,
-// wherever a rule has a CEL twin for the request, Rego and CEL answer alike,
-// and that neither panics. Seeds are the shared vectors.
+// wherever a rule has a CEL twin for the request, Rego and CEL answer alike;
+// that the Rego query specialized for the request's shape answers what the
+// rule's whole query answers, messages included; and that nothing panics.
+// Seeds are the shared vectors.
 func FuzzEnginesAgree(f *testing.F) {
-	e, err := policy.Load(context.Background(), policies.FS, policy.WithTimeout(time.Minute))
-	if err != nil {
-		f.Fatal(err)
-	}
+	whole, e := wholeAndSpecialized(f)
 	cases, err := Load(os.DirFS(vectorsDir()))
 	if err != nil {
 		f.Fatal(err)
@@ -231,10 +227,6 @@ func FuzzEnginesAgree(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, caseIndex uint16, mut uint8, s string, n int64) {
 		c := cases[int(caseIndex)%len(cases)]
-		r, ok := e.Rule(c.Rule)
-		if !ok || !r.HasCEL() {
-			return
-		}
 		doc := deepCopy(c.Raw)
 		m := mutators[int(mut)%len(mutators)]
 		m.apply(doc, s, n)
@@ -245,6 +237,10 @@ func FuzzEnginesAgree(f *testing.F) {
 		ra, ca, applies, err := e.Answers(context.Background(), c.Rule, in)
 		if err != nil {
 			return // a malformed input the engine refuses before evaluating
+		}
+		if wa, _, _, err := whole.Answers(context.Background(), c.Rule, in); err != nil || !sameRegoAnswer(wa, ra) {
+			js, _ := json.Marshal(doc)
+			t.Fatalf("%s mutated by %q (s=%q n=%d): the whole rule says %s %v (%v), specialized %s %v\ninput: %s", c.ID(), m.name, s, n, wa, wa.Detail, err, ra, ra.Detail, js)
 		}
 		if applies && !ra.Equal(ca) {
 			js, _ := json.Marshal(doc)
