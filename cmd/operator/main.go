@@ -176,7 +176,7 @@ func run(log logr.Logger, opts options) error {
 		opts.agentTokenAudiences = strings.Join(auds, ",")
 		log.Info("Agent token audiences read from the operator's own token", "audiences", auds)
 	}
-	sink, err := audit.Open(ctx, opts.auditSink, os.Stdout)
+	sink, err := audit.Open(ctrl.LoggerInto(ctx, log.WithName("audit")), opts.auditSink, os.Stdout)
 	if err != nil {
 		return err
 	}

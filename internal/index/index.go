@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
@@ -33,9 +32,6 @@ const (
 	// unbound and not being deleted, by spec.nodeClassName: a bind reads the
 	// free chassis of its class, not the whole class.
 	FreeMacNodeByClass = "fleet.macrack.io/free-macnode-by-class"
-	// PlaceholderByNode indexes the placeholder Pods (label
-	// macrack.io/placeholder=true) by spec.nodeName.
-	PlaceholderByNode = "macrack.io/placeholder-by-node"
 )
 
 // VerifiedImageKey names a verified copy of a golden: its name and digest.
@@ -70,7 +66,7 @@ type Definition struct {
 
 // Register adds every index to the indexer (a manager's field indexer).
 func Register(ctx context.Context, indexer client.FieldIndexer) error {
-	for _, ix := range append(Definitions(), CoreDefinitions()...) {
+	for _, ix := range Definitions() {
 		if err := indexer.IndexField(ctx, ix.Object, ix.Name, ix.Value); err != nil {
 			return fmt.Errorf("registering index %s: %w", ix.Name, err)
 		}
@@ -79,7 +75,7 @@ func Register(ctx context.Context, indexer client.FieldIndexer) error {
 }
 
 // Definitions lists the indexes of MacRack's kinds, for fake clients in
-// tests; Register adds CoreDefinitions' too.
+// tests.
 func Definitions() []Definition {
 	return []Definition{
 		{&leasingv1alpha1.MacNodeLease{}, LeaseBySerial, func(o client.Object) []string {
@@ -110,20 +106,6 @@ func Definitions() []Definition {
 				return nil
 			}
 			return nonEmpty(n.Spec.NodeClassName)
-		}},
-	}
-}
-
-// CoreDefinitions lists the indexes of Kubernetes' own kinds, apart from
-// Definitions, for fake clients whose scheme registers those kinds.
-func CoreDefinitions() []Definition {
-	return []Definition{
-		{&corev1.Pod{}, PlaceholderByNode, func(o client.Object) []string {
-			p := o.(*corev1.Pod)
-			if p.Labels[fleetv1alpha1.PlaceholderLabel] != "true" {
-				return nil
-			}
-			return nonEmpty(p.Spec.NodeName)
 		}},
 	}
 }

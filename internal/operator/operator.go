@@ -11,9 +11,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -33,6 +35,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/lease"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/node"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/placement"
+	"github.com/boualleiguie/macrack-operator/internal/reconcile/pod"
 )
 
 // Options configure the operator.
@@ -83,8 +86,15 @@ type Options struct {
 // envtest harness alike. The cache drops every object's managedFields: no
 // controller reads them, an update that omits them keeps the stored ones,
 // and they are a large share of each cached chassis, lease and instance.
+// Of Pods it holds only instances' (their label selects them on the API
+// server), so that a large cluster's Pods cost the operator nothing.
 func CacheOptions() cache.Options {
-	return cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{fleetv1alpha1.InstancePodLabel: "true"})},
+		},
+	}
 }
 
 // Setup adds everything to mgr.
@@ -153,9 +163,15 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if err := (&placement.Reconciler{
 		Client: c, Engine: o.Engine, Clock: o.Clock,
 		Recorder: mgr.GetEventRecorder("macrack-placement"), Params: o.Params, Identity: identity,
-		Namespace: o.PolicyNamespace, Denials: denials, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+		Denials: denials, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the placement controller: %w", err)
+	}
+	if err := (&pod.Reconciler{
+		Client: c, APIReader: mgr.GetAPIReader(), Clock: o.Clock,
+		Recorder: mgr.GetEventRecorder("macrack-pod"), MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the instance Pod controller: %w", err)
 	}
 	if err := (&image.Reconciler{
 		Client: c, APIReader: mgr.GetAPIReader(), Clock: o.Clock,

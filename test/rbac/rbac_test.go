@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -109,7 +110,7 @@ func TestTheCheckCatchesAWiderRole(t *testing.T) {
 	}
 }
 
-func TestTenantRolesCoverLeasesAndInstancesAndNeverStatus(t *testing.T) {
+func TestTenantRolesCoverLeasesInstancesAndPodsAndNeverStatus(t *testing.T) {
 	all := roles(t)
 	for _, name := range []string{"macrack-tenant-edit", "macrack-tenant-view"} {
 		r, ok := all[name]
@@ -119,14 +120,21 @@ func TestTenantRolesCoverLeasesAndInstancesAndNeverStatus(t *testing.T) {
 		var resources []string
 		for _, rule := range r.Rules {
 			for _, res := range rule.Resources {
-				if strings.Contains(res, "/") || res == "*" {
-					t.Errorf("%s grants %s; tenants never write status or subresources", name, res)
+				// The VMs' Pods' access subresources (issue 32), and no other:
+				// exec (create) for editors, logs (get) for both.
+				access := rule.APIGroups[0] == "" && (res == "pods/log" && slices.Equal(rule.Verbs, []string{"get"}) ||
+					res == "pods/exec" && name == "macrack-tenant-edit" && slices.Equal(rule.Verbs, []string{"create"}))
+				if (strings.Contains(res, "/") && !access) || res == "*" {
+					t.Errorf("%s grants %s %v; tenants never write status or other subresources", name, res, rule.Verbs)
+				}
+				if res == "pods" && !slices.Equal(rule.Verbs, []string{"get", "list", "watch"}) {
+					t.Errorf("%s may %v pods; tenants only read them (the operator makes them)", name, rule.Verbs)
 				}
 				resources = append(resources, res)
 			}
 		}
-		if !contains(resources, "macnodeleases") || !contains(resources, "macosinstances") {
-			t.Errorf("%s must cover leases and instances, has %v", name, resources)
+		if !contains(resources, "macnodeleases") || !contains(resources, "macosinstances") || !contains(resources, "pods") || !contains(resources, "pods/log") {
+			t.Errorf("%s must cover leases, instances, and their Pods and logs, has %v", name, resources)
 		}
 	}
 	for _, rule := range all["macrack-tenant-view"].Rules {

@@ -36,12 +36,22 @@ const (
 	// vmCapacity, never above KernelVMLimit.
 	VMResource corev1.ResourceName = "macrack.io/macos-vm"
 
-	// PlaceholderLabel marks the operator's placeholder Pods.
-	PlaceholderLabel = "macrack.io/placeholder"
-	// InstanceUIDLabel names, on a placeholder Pod, the instance it stands
-	// for; InstanceAnnotation gives its namespace/name.
-	InstanceUIDLabel   = "macrack.io/instance-uid"
-	InstanceAnnotation = "macrack.io/instance"
+	// InstanceContainer is the one container of an instance's Pod: the VM.
+	// kubectl exec, logs and port-forward name it, and the host agent
+	// serves no other.
+	InstanceContainer = "macos"
+
+	// InstancePodLabel marks an instance's Pod, which the operator makes in
+	// the tenant's namespace: its informer caches these Pods only. A tenant
+	// can write it on Pods of its own, so it selects, and never proves: the
+	// operator matches a Pod to its instance by the controller reference.
+	InstancePodLabel = "macrack.io/instance-pod"
+	// InstanceUIDLabel names, on an instance's Pod, the instance it stands
+	// for, for people and selectors; nothing trusts it.
+	InstanceUIDLabel = "macrack.io/instance-uid"
+	// InstancePodImage is the image of an instance's Pod's one container.
+	// No kubelet runs it: the container is the VM.
+	InstancePodImage = "registry.k8s.io/pause:3.10"
 
 	// DiskWipeFinalizer is the host agent's finalizer on an instance: it
 	// comes off only after the instance disk is wiped (instance.wipe).

@@ -5,9 +5,9 @@
 // never more than two), asks the policies before each placement, then sets
 // the instance's status.nodeName. A chassis under quarantine (Quarantined,
 // Rebooting, or with an active status.quarantine) takes no new claim: its
-// waiting instances stay unplaced and say why, and its slots stay. It also
-// keeps one placeholder Pod per running instance, so that the Node shows
-// its macOS VMs as allocated.
+// waiting instances stay unplaced and say why, and its slots stay. The
+// slots are instance.cap's count; an instance's Pod (internal/reconcile/pod)
+// is a view of it.
 package placement
 
 import (
@@ -20,7 +20,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -40,7 +39,6 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/intent"
-	"github.com/boualleiguie/macrack-operator/internal/taints"
 )
 
 // +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodes,verbs=get;list;watch
@@ -48,19 +46,6 @@ import (
 // +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances,verbs=get;list;watch
 // +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=leasing.macrack.io,resources=macnodeleases,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
-
-// Placeholder pods and their labels.
-const (
-	// VMResource is the extended resource one macOS VM takes on a Node.
-	VMResource = fleetv1alpha1.VMResource
-	// InstanceUIDLabel names, on a placeholder Pod, the instance it stands for.
-	InstanceUIDLabel = fleetv1alpha1.InstanceUIDLabel
-	// PlaceholderLabel marks the operator's placeholder Pods.
-	PlaceholderLabel = fleetv1alpha1.PlaceholderLabel
-	// PlaceholderImage is never pulled: no kubelet runs these Pods.
-	PlaceholderImage = "registry.k8s.io/pause:3.10"
-)
 
 // conflictRetry is how soon a slot claim that lost an optimistic concurrency
 // race is retried, from a fresher read.
@@ -79,8 +64,6 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	Params   policy.Params
 	Identity string
-	// Namespace holds the placeholder Pods (the operator's own).
-	Namespace string
 	// Denials takes the policies' refusals of this controller's writes,
 	// for the audit stream; may be nil.
 	Denials *audit.Denials
@@ -96,7 +79,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("placement").
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Watches(&computev1alpha1.MacOSInstance{}, handler.EnqueueRequestsFromMapFunc(r.nodeOfInstance)).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(nodeOfPod)).
 		Complete(r)
 }
 
@@ -114,15 +96,7 @@ func (r *Reconciler) nodeOfInstance(ctx context.Context, obj client.Object) []re
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: l.Status.NodeName}}}
 }
 
-func nodeOfPod(_ context.Context, obj client.Object) []reconcile.Request {
-	if obj.GetLabels()[PlaceholderLabel] != "true" || obj.(*corev1.Pod).Spec.NodeName == "" {
-		return nil
-	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: obj.(*corev1.Pod).Spec.NodeName}}}
-}
-
-// Reconcile frees dead slots, places waiting instances, and keeps the
-// placeholder Pods.
+// Reconcile frees dead slots and places waiting instances.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	mn := &fleetv1alpha1.MacNode{}
 	if err := r.Client.Get(ctx, req.NamespacedName, mn); err != nil {
@@ -153,12 +127,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{}, r.reconcilePlaceholders(ctx, mn, placed.Items)
+	return ctrl.Result{}, nil
 }
 
 // gone: a deleted instance whose agent has wiped it holds no VM and no
 // disk. It may linger, held by its audit finalizer until its last records
-// are out, but on no slot and with no placeholder.
+// are out, but on no slot.
 func gone(i computev1alpha1.MacOSInstance) bool {
 	return !i.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(&i, fleetv1alpha1.DiskWipeFinalizer)
 }
@@ -371,109 +345,4 @@ func sameSlots(a, b []fleetv1alpha1.Slot) bool {
 		}
 	}
 	return true
-}
-
-// reconcilePlaceholders keeps one Pod per running instance on this node,
-// requesting one macrack.io/macos-vm, and deletes the rest. The operator
-// deletes them itself, because there may be no garbage collector.
-func (r *Reconciler) reconcilePlaceholders(ctx context.Context, mn *fleetv1alpha1.MacNode, placed []computev1alpha1.MacOSInstance) error {
-	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(r.Namespace), client.MatchingLabels{PlaceholderLabel: "true"},
-		client.MatchingFields{index.PlaceholderByNode: mn.Name}); err != nil {
-		return fmt.Errorf("listing placeholder pods: %w", err)
-	}
-	want := map[string]*computev1alpha1.MacOSInstance{}
-	for i := range placed {
-		inst := &placed[i]
-		if inst.Status.NodeName == mn.Name && running(inst) && hasSlot(mn, inst.UID) {
-			want[string(inst.UID)] = inst
-		}
-	}
-	have := map[string]bool{}
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if p.Spec.NodeName != mn.Name {
-			continue
-		}
-		uid := p.Labels[InstanceUIDLabel]
-		if want[uid] == nil {
-			if g := p.DeletionGracePeriodSeconds; p.DeletionTimestamp != nil && g != nil && *g == 0 {
-				continue // going at once already
-			}
-			// At once: no kubelet runs a placeholder, so none would end a
-			// graceful deletion, and the Pod would stay Terminating, to be
-			// deleted again on every pass.
-			if err := r.Client.Delete(ctx, p, client.GracePeriodSeconds(0)); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("deleting placeholder %s: %w", p.Name, err)
-			}
-			continue
-		}
-		have[uid] = true
-	}
-	for uid, inst := range want {
-		if have[uid] {
-			continue
-		}
-		if err := r.Client.Create(ctx, placeholder(r.Namespace, mn.Name, inst)); client.IgnoreAlreadyExists(err) != nil {
-			return fmt.Errorf("creating the placeholder of %s/%s: %w", inst.Namespace, inst.Name, err)
-		}
-	}
-	return nil
-}
-
-// running: the VM is up, or on its way, as the agent reports it.
-func running(i *computev1alpha1.MacOSInstance) bool {
-	if i.Status.Runtime == nil {
-		return false
-	}
-	switch i.Status.Runtime.Phase {
-	case computev1alpha1.VMStarting, computev1alpha1.VMRunning, computev1alpha1.VMStopping:
-		return true
-	}
-	return false
-}
-
-func hasSlot(mn *fleetv1alpha1.MacNode, uid types.UID) bool {
-	for _, s := range mn.Status.Slots {
-		if s.UID == uid {
-			return true
-		}
-	}
-	return false
-}
-
-func placeholder(namespace, node string, inst *computev1alpha1.MacOSInstance) *corev1.Pod {
-	one := resource.MustParse("1")
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      "vm-" + string(inst.UID),
-			Namespace: namespace,
-			Labels:    map[string]string{PlaceholderLabel: "true", InstanceUIDLabel: string(inst.UID)},
-			Annotations: map[string]string{
-				fleetv1alpha1.InstanceAnnotation: inst.Namespace + "/" + inst.Name,
-			},
-		},
-		Spec: corev1.PodSpec{
-			NodeName: node,
-			Containers: []corev1.Container{{
-				Name:  "macos-vm",
-				Image: PlaceholderImage,
-				Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{VMResource: one},
-					Limits:   corev1.ResourceList{VMResource: one},
-				},
-			}},
-			// The VM runs on the chassis whatever the Node looks like:
-			// kube-controller-manager taints a Node whose agent fell silent
-			// unreachable:NoExecute (or not-ready:NoExecute), and its
-			// taint-based eviction must never delete the Pod that accounts
-			// for a running VM. Without tolerationSeconds, for ever.
-			Tolerations: []corev1.Toleration{
-				{Key: taints.LeasedKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
-				{Key: taints.UnleasedKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
-				{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
-				{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
-			},
-		},
-	}
 }

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -53,12 +52,12 @@ func setup(t *testing.T, vms int32, objs ...client.Object) (*Reconciler, client.
 			LeaseNamespace: "t", LeaseName: "l", LeaseUID: "lease-uid", BoundAt: metav1.NewTime(t0), EarliestReleaseAt: metav1.NewTime(t0.Add(24 * time.Hour))}}}
 	b := fake.NewClientBuilder().WithScheme(s).WithObjects(append([]client.Object{class, lease, mn}, objs...)...).
 		WithStatusSubresource(&fleetv1alpha1.MacNode{}, &computev1alpha1.MacOSInstance{})
-	for _, ix := range append(index.Definitions(), index.CoreDefinitions()...) {
+	for _, ix := range index.Definitions() {
 		b = b.WithIndex(ix.Object, ix.Name, ix.Value)
 	}
 	c := b.Build()
 	return &Reconciler{Client: c, Engine: engine, Clock: clocktesting.NewFakeClock(t0), Recorder: events.NewFakeRecorder(100),
-		Params: policy.Params{AgentsNamespace: "macrack-agents"}, Identity: "operator", Namespace: "macrack-system"}, c
+		Params: policy.Params{AgentsNamespace: "macrack-agents"}, Identity: "operator"}, c
 }
 
 func instance(name string, created time.Duration) *computev1alpha1.MacOSInstance {
@@ -125,57 +124,6 @@ func TestASlotIsFreedWhenItsInstanceIsGoneAndTheNextIsPlaced(t *testing.T) {
 	reconcileNode(t, r)
 	if got := get(t, c, "c").Status.NodeName; got != "c02a" {
 		t.Fatalf("the freed slot went nowhere; c is on %q", got)
-	}
-}
-
-func TestAPlaceholderPodStandsForEachRunningInstance(t *testing.T) {
-	r, c := setup(t, 2, instance("a", time.Second), instance("b", 2*time.Second))
-	reconcileNode(t, r)
-	a := get(t, c, "a")
-	a.Status.Runtime = &computev1alpha1.RuntimeStatus{Phase: computev1alpha1.VMRunning}
-	if err := c.Status().Update(context.Background(), a); err != nil {
-		t.Fatal(err)
-	}
-	reconcileNode(t, r)
-	pods := &corev1.PodList{}
-	_ = c.List(context.Background(), pods, client.InNamespace("macrack-system"))
-	if len(pods.Items) != 1 || pods.Items[0].Spec.NodeName != "c02a" || pods.Items[0].Labels[InstanceUIDLabel] != "uid-a" {
-		t.Fatalf("want one placeholder for a, bound to c02a; got %+v", pods.Items)
-	}
-	q := pods.Items[0].Spec.Containers[0].Resources.Requests[VMResource]
-	if q.Value() != 1 {
-		t.Fatalf("the placeholder requests %v macOS VMs, want 1", q.String())
-	}
-	// A silent chassis' Node is tainted NoExecute by kube-controller-manager;
-	// the placeholder tolerates it for ever, so it is never evicted.
-	for _, key := range []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable} {
-		var found *corev1.Toleration
-		for i, tol := range pods.Items[0].Spec.Tolerations {
-			if tol.Key == key && tol.Effect == corev1.TaintEffectNoExecute {
-				found = &pods.Items[0].Spec.Tolerations[i]
-			}
-		}
-		if found == nil {
-			t.Fatalf("the placeholder does not tolerate %s:NoExecute: %+v", key, pods.Items[0].Spec.Tolerations)
-		}
-		if found.Operator != corev1.TolerationOpExists || found.TolerationSeconds != nil {
-			t.Fatalf("the placeholder tolerates %s:NoExecute only %+v, want Exists and no tolerationSeconds", key, *found)
-		}
-	}
-	// And it tolerates nothing else that evicts: no blanket toleration.
-	for _, tol := range pods.Items[0].Spec.Tolerations {
-		if tol.Key == "" {
-			t.Fatalf("the placeholder tolerates every taint: %+v", tol)
-		}
-	}
-	// Stopped: the placeholder goes.
-	a = get(t, c, "a")
-	a.Status.Runtime.Phase = computev1alpha1.VMStopped
-	_ = c.Status().Update(context.Background(), a)
-	reconcileNode(t, r)
-	_ = c.List(context.Background(), pods, client.InNamespace("macrack-system"))
-	if len(pods.Items) != 0 {
-		t.Fatalf("a stopped instance keeps its placeholder: %d pods", len(pods.Items))
 	}
 }
 

@@ -309,7 +309,7 @@ func buildFleet(ctx context.Context, n int) (*objFleet, error) {
 
 	// The operator's reconcilers bring it to its steady state: statuses,
 	// finalizers, taints, slots and placements. Then the agents report the
-	// instances running, and the placeholders follow.
+	// instances running.
 	if err := f.settle(ctx); err != nil {
 		return nil, err
 	}
@@ -408,7 +408,7 @@ func (f *objFleet) nodeReconciler(c client.Client, at time.Time) *node.Reconcile
 
 func (f *objFleet) placementReconciler(c client.Client, at time.Time) *placement.Reconciler {
 	return &placement.Reconciler{Client: c, Engine: objEngine, Clock: clocktesting.NewFakePassiveClock(at),
-		Recorder: &events.FakeRecorder{}, Params: objParams, Identity: harness.OperatorUser, Namespace: f.opNS}
+		Recorder: &events.FakeRecorder{}, Params: objParams, Identity: harness.OperatorUser}
 }
 
 func (f *objFleet) imageReconciler(c client.Client, at time.Time) *image.Reconciler {

@@ -24,7 +24,6 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/reconcile/placement"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 )
 
@@ -155,11 +154,11 @@ var _ = Describe("Instances on simulated minis", Ordered, func() {
 		// kubectl describe node: 2 of 2 macOS VMs allocated.
 		Eventually(func() int64 {
 			pods := &corev1.PodList{}
-			Expect(admin.List(ctx, pods, client.InNamespace(harness.OperatorNamespace), client.MatchingLabels{placement.PlaceholderLabel: "true"})).To(Succeed())
+			Expect(admin.List(ctx, pods, client.InNamespace(tenant.Namespace), client.MatchingLabels{fleetv1alpha1.InstancePodLabel: "true"})).To(Succeed())
 			var n int64
 			for _, p := range pods.Items {
 				if p.Spec.NodeName == bound.Status.NodeName {
-					q := p.Spec.Containers[0].Resources.Requests[placement.VMResource]
+					q := p.Spec.Containers[0].Resources.Requests[fleetv1alpha1.VMResource]
 					n += q.Value()
 				}
 			}
@@ -167,7 +166,7 @@ var _ = Describe("Instances on simulated minis", Ordered, func() {
 		}).Should(Equal(int64(2)))
 		node := &corev1.Node{}
 		Expect(admin.Get(ctx, client.ObjectKey{Name: bound.Status.NodeName}, node)).To(Succeed())
-		Expect(node.Status.Capacity.Name(placement.VMResource, resource.DecimalSI).Value()).To(Equal(int64(2)))
+		Expect(node.Status.Capacity.Name(fleetv1alpha1.VMResource, resource.DecimalSI).Value()).To(Equal(int64(2)))
 
 		err := tenant.Client.Create(ctx, instance(tenant.Namespace, "ci-3", "build"))
 		Expect(err).To(HaveOccurred())
@@ -357,17 +356,17 @@ var _ = Describe("Instances on simulated minis", Ordered, func() {
 		Expect(a.DiskDir(string(get(second).UID))).To(BeADirectory(), "positive control: the disk of an instance that exists stays")
 	})
 
-	It("keeps a silent chassis' placeholders when kube-controller-manager taints its Node unreachable:NoExecute", func() {
+	It("keeps a silent chassis' instance Pods when kube-controller-manager taints its Node unreachable:NoExecute", func() {
 		a := agents[bound.Status.NodeName]
 		placeholder := &corev1.Pod{}
 		Eventually(func() error {
-			return admin.Get(ctx, client.ObjectKey{Namespace: harness.OperatorNamespace, Name: "vm-" + string(get(second).UID)}, placeholder)
-		}).Should(Succeed(), "the running instance has its placeholder")
+			return admin.Get(ctx, client.ObjectKeyFromObject(second), placeholder)
+		}).Should(Succeed(), "the running instance has its Pod")
 		Expect(placeholder.Spec.NodeName).To(Equal(a.Node))
 		// Positive control: a Pod on the same Node with no tolerations of its
 		// own, so only the API server's default ones (1s in this suite).
 		plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: tenant.Namespace},
-			Spec: corev1.PodSpec{NodeName: a.Node, Containers: []corev1.Container{{Name: "c", Image: placement.PlaceholderImage}}}}
+			Spec: corev1.PodSpec{NodeName: a.Node, Containers: []corev1.Container{{Name: "c", Image: fleetv1alpha1.InstancePodImage}}}}
 		Expect(admin.Create(ctx, plain)).To(Succeed())
 		Expect(plain.Spec.Tolerations).To(ContainElement(And(HaveField("Key", corev1.TaintNodeUnreachable),
 			HaveField("TolerationSeconds", HaveValue(BeEquivalentTo(1))))), "the API server's default tolerations")
@@ -394,8 +393,8 @@ var _ = Describe("Instances on simulated minis", Ordered, func() {
 		Consistently(func(g Gomega) {
 			p := &corev1.Pod{}
 			g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(placeholder), p)).To(Succeed())
-			g.Expect(p.UID).To(Equal(placeholder.UID), "the placeholder was deleted and made again")
-			g.Expect(p.DeletionTimestamp).To(BeNil(), "the placeholder is being deleted")
+			g.Expect(p.UID).To(Equal(placeholder.UID), "the instance's Pod was deleted and made again")
+			g.Expect(p.DeletionTimestamp).To(BeNil(), "the instance's Pod is being deleted")
 			g.Expect(nodeTaints()).To(ContainElement(unreachable))
 		}, "3s", "250ms").Should(Succeed())
 

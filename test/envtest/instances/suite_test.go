@@ -51,7 +51,7 @@ var _ = BeforeSuite(func() {
 
 	// Pods without tolerations of their own are evicted 1s after their Node
 	// is tainted NoExecute (upstream 300s): the positive control of the
-	// placeholders' tolerations.
+	// instance Pods' tolerations.
 	env, err = harness.Start(harness.WithWebhooks, harness.WithDefaultTolerationSeconds(1))
 	Expect(err).NotTo(HaveOccurred())
 	admin = env.Client

@@ -271,14 +271,19 @@ var _ = Describe("One lease's whole life, on a quiet cluster", Ordered, func() {
 			// (leased, bound) and after release (Ready: ready, unbound).
 			"operator macnodes.fleet.macrack.io/status PUT": 6,
 			// The exporter's cursor after the two chassis journal writes.
-			"cursor macnodes.fleet.macrack.io/status PATCH":    2,
-			"operator nodes PATCH":                             2, // leased: the tenant label and taint; released: the unleased taint
-			"operator pods POST":                               1, // the placeholder, once the VM runs
-			"operator pods DELETE":                             1, // at once, once it stopped
+			"cursor macnodes.fleet.macrack.io/status PATCH": 2,
+			"operator nodes PATCH":                          2, // leased: the tenant label and taint; released: the unleased taint
+			"operator pods POST":                            1, // the instance's Pod, once it is placed
+			"operator pods DELETE":                          1, // at once, once the instance is wiped
+			// The Pod's status as the VM goes: pending (placed, not started),
+			// Running and ready, Succeeded once it stopped.
+			"operator pods/status PATCH":                       3,
 			"operator macosinstances.compute.macrack.io PATCH": 2, // the exporter's macrack.io/audit on, and off after the deleted record
-			// The instance's status: Placed (placement), then the exporter's
-			// five journal writes (created, placed, running, stopped, wiped).
-			"operator macosinstances.compute.macrack.io/status PATCH": 6,
+			// The instance's status: Placed (placement); Pod=True when its Pod
+			// is made, and again at the generation the delete raised; the
+			// exporter's five journal writes (created, placed, running,
+			// stopped, wiped).
+			"operator macosinstances.compute.macrack.io/status PATCH": 8,
 			// The exporter's cursor after each journal write but the last:
 			// wiped is the instance's last record.
 			"cursor macosinstances.compute.macrack.io/status PATCH": 4 - merged,
@@ -290,9 +295,9 @@ var _ = Describe("One lease's whole life, on a quiet cluster", Ordered, func() {
 			"agent macosinstances.compute.macrack.io PATCH":        2,
 			"agent macosinstances.compute.macrack.io/status PATCH": 3,
 			"agent macnodes.fleet.macrack.io/status PATCH":         4 + transient,
-			// Events: LeaseBound, NodeTainted, Placed, DiskWiped, LeaseHeld,
-			// LeaseReleased, NodeTainted, PhaseReady.
-			"operator events.events.k8s.io POST": 8,
+			// Events: LeaseBound, NodeTainted, Placed, PodCreated, DiskWiped,
+			// LeaseHeld, LeaseReleased, NodeTainted, PhaseReady.
+			"operator events.events.k8s.io POST": 9,
 		}
 		for k, v := range want {
 			if v == 0 {

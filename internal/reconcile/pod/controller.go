@@ -1,0 +1,332 @@
+// Package pod keeps each placed MacOSInstance's Pod: one Pod in the
+// tenant's namespace, named after the instance and controlled by it, bound
+// to the chassis' Node, so that kubectl, k9s and the dashboards show the
+// VMs. The Pod is a view and a handle, never a count: instance.cap counts
+// the chassis' slots (internal/reconcile/placement). The operator owns the
+// Pod, spec and status; no kubelet runs it, and the host agent reads and
+// writes no Pod.
+//
+// A Pod is matched to its instance by its controller reference, never by
+// its labels, which a tenant can forge in its own namespace. A deleted Pod
+// changes nothing about the VM: the operator force-deletes one left
+// Terminating (no kubelet would finish it) and makes it again, unless the
+// instance itself is being deleted.
+package pod
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/index"
+	"github.com/boualleiguie/macrack-operator/internal/patch"
+)
+
+// The operator creates and deletes instances' Pods and writes their
+// status; it never updates or patches a Pod's spec or metadata (a Pod that
+// drifted is deleted and made again). The pod-shape admission policy pins
+// what it may create.
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=pods/status,verbs=patch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances,verbs=get;list;watch
+// +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances/status,verbs=get;update;patch
+
+// conflictRetry is how soon a write that lost an optimistic concurrency
+// race is tried again, from a fresher read.
+const conflictRetry = 100 * time.Millisecond
+
+// RefusedRetry is how soon a Pod that admission refused is tried again:
+// nothing the operator watches says when a quota or a namespace's
+// PodSecurity level changes.
+const RefusedRetry = time.Minute
+
+// Reconciler keeps instances' Pods.
+type Reconciler struct {
+	// Client reads from the cache, which holds only Pods labelled
+	// fleetv1alpha1.InstancePodLabel.
+	Client client.Client
+	// APIReader reads a Pod the cache cannot show: one that holds the
+	// instance's name but lost the label.
+	APIReader client.Reader
+	Clock     clock.PassiveClock
+	Recorder  events.EventRecorder
+	// MaxConcurrentReconciles bounds parallel reconciles.
+	MaxConcurrentReconciles int
+}
+
+// SetupWithManager registers the controller and its watches.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&computev1alpha1.MacOSInstance{}).
+		Named("instancepod").
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
+		// By the controller reference alone: a Pod names its instance by
+		// that, whatever its labels say.
+		Owns(&corev1.Pod{}).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.instancesOnNode),
+			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+				return nodeReady(e.ObjectOld.(*corev1.Node)) != nodeReady(e.ObjectNew.(*corev1.Node))
+			}})).
+		Watches(&fleetv1alpha1.MacNode{}, handler.EnqueueRequestsFromMapFunc(instancesInSlots)).
+		Complete(r)
+}
+
+// instancesOnNode maps a Node to the instances placed on it.
+func (r *Reconciler) instancesOnNode(ctx context.Context, obj client.Object) []reconcile.Request {
+	list := &computev1alpha1.MacOSInstanceList{}
+	if err := r.Client.List(ctx, list, client.MatchingFields{index.InstanceByNode: obj.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the instances on a Node failed", "Node", obj.GetName())
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return reqs
+}
+
+// instancesInSlots maps a MacNode to the instances its slots name: a slot
+// claimed or dropped makes a Pod due or not.
+func instancesInSlots(_ context.Context, obj client.Object) []reconcile.Request {
+	slots := obj.(*fleetv1alpha1.MacNode).Status.Slots
+	reqs := make([]reconcile.Request, 0, len(slots))
+	for _, s := range slots {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: s.Namespace, Name: s.Name}})
+	}
+	return reqs
+}
+
+// scope carries one reconcile's observations to the status computation.
+type scope struct {
+	inst *computev1alpha1.MacOSInstance
+	now  time.Time
+	// placed: the instance is on a chassis, in one of its slots.
+	placed bool
+	// node is the chassis' Node; nil until the agent registered it.
+	node *corev1.Node
+	// pod is the instance's Pod, controlled by it; nil if there is none.
+	pod *corev1.Pod
+	// taken: a Pod the instance does not control holds its name.
+	taken string
+	// refused is admission's answer to this pass's create, if it refused.
+	refused string
+	// replacing: this pass deleted the Pod, to make it again.
+	replacing bool
+}
+
+// Reconcile keeps one instance's Pod.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
+	inst := &computev1alpha1.MacOSInstance{}
+	if err := r.Client.Get(ctx, req.NamespacedName, inst); err != nil {
+		// Gone: the garbage collector takes its Pod, which it deletes at
+		// once (a grace period of 0 in the Pod's spec).
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	s := &scope{inst: inst, now: r.Clock.Now()}
+	if err := r.observe(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	if gone(inst) {
+		return ctrl.Result{}, r.deletePod(ctx, s, "the instance is deleted and its disk wiped")
+	}
+	helper := patch.NewHelper(inst, r.Client)
+	defer func() {
+		r.updateStatus(s)
+		// The conditions are a list others write items of: a patch on a
+		// stale read would drop theirs.
+		helper.LockStatus()
+		if err := helper.Patch(ctx, inst); err != nil {
+			if apierrors.IsConflict(err) {
+				res = ctrl.Result{RequeueAfter: conflictRetry}
+				return
+			}
+			retErr = errors.Join(retErr, client.IgnoreNotFound(fmt.Errorf("patching MacOSInstance %s: %w", req, err)))
+		}
+	}()
+	res, err := r.reconcilePod(ctx, s)
+	if apierrors.IsConflict(err) {
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	}
+	return res, err
+}
+
+// gone: a deleted instance whose agent has wiped it holds no VM; it may
+// linger, held by its audit finalizer, but with no Pod.
+func gone(i *computev1alpha1.MacOSInstance) bool {
+	return !i.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(i, fleetv1alpha1.DiskWipeFinalizer)
+}
+
+// observe reads the instance's chassis, Node and Pod.
+func (r *Reconciler) observe(ctx context.Context, s *scope) error {
+	name := s.inst.Status.NodeName
+	if name != "" {
+		mn := &fleetv1alpha1.MacNode{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, mn); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("getting MacNode %s: %w", name, err)
+		} else if err == nil {
+			s.placed = hasSlot(mn, s.inst)
+		}
+		n := &corev1.Node{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, n); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("getting Node %s: %w", name, err)
+		} else if err == nil {
+			s.node = n
+		}
+	}
+	p := &corev1.Pod{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(s.inst), p); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if controlledBy(p, s.inst) {
+		s.pod = p
+	} else {
+		s.taken = takenMessage(p)
+	}
+	return nil
+}
+
+// reconcilePod creates the Pod, replaces one that is going or drifted, and
+// mirrors the instance into its status.
+func (r *Reconciler) reconcilePod(ctx context.Context, s *scope) (ctrl.Result, error) {
+	deleting := !s.inst.DeletionTimestamp.IsZero()
+	switch {
+	case s.taken != "":
+		return ctrl.Result{}, nil
+	case !s.placed:
+		return ctrl.Result{}, r.deletePod(ctx, s, "the instance holds no slot on a chassis")
+	case s.pod != nil && !s.pod.DeletionTimestamp.IsZero():
+		// No kubelet finishes a graceful deletion here.
+		return ctrl.Result{}, r.replacePod(ctx, s, "it was deleted, and the VM runs on")
+	case s.pod != nil && drifted(s.pod, s.inst):
+		return ctrl.Result{}, r.replacePod(ctx, s, "its labels or node were changed")
+	case s.pod != nil && terminal(s.pod.Status.Phase) && !terminal(podPhase(s.inst)):
+		// The API server lets no Pod leave Succeeded or Failed.
+		return ctrl.Result{}, r.replacePod(ctx, s, "the VM runs again after it stopped")
+	case s.pod != nil:
+		return ctrl.Result{}, r.mirror(ctx, s)
+	case deleting:
+		return ctrl.Result{}, nil // never a new Pod for an instance on its way out
+	}
+	return r.createPod(ctx, s)
+}
+
+func (r *Reconciler) createPod(ctx context.Context, s *scope) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	p := desiredPod(s.inst)
+	err := r.Client.Create(ctx, p)
+	switch {
+	case err == nil:
+		s.pod = p
+		log.Info("Pod created", "Pod", klog.KObj(p), "node", p.Spec.NodeName)
+		r.Recorder.Eventf(s.inst, p, corev1.EventTypeNormal, "PodCreated", "CreatePod", "Created Pod %s on Node %s", p.Name, p.Spec.NodeName)
+		return ctrl.Result{}, r.mirror(ctx, s)
+	case apierrors.IsAlreadyExists(err):
+		return r.nameHeld(ctx, s)
+	case refusal(err):
+		s.refused = err.Error()
+		log.Info("Pod refused", "Pod", klog.KObj(p), "error", err.Error())
+		return ctrl.Result{RequeueAfter: RefusedRetry}, nil
+	}
+	return ctrl.Result{}, fmt.Errorf("creating Pod %s: %w", klog.KObj(p), err)
+}
+
+// nameHeld reads the Pod that holds the instance's name past the cache:
+// the instance's own, stripped of its label, is made again; another's is
+// left alone, and said.
+func (r *Reconciler) nameHeld(ctx context.Context, s *scope) (ctrl.Result, error) {
+	p := &corev1.Pod{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s.inst), p); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil // gone in between
+		}
+		return ctrl.Result{}, fmt.Errorf("reading Pod %s: %w", klog.KObj(s.inst), err)
+	}
+	if !controlledBy(p, s.inst) {
+		s.taken = takenMessage(p)
+		return ctrl.Result{}, nil
+	}
+	s.pod = p
+	return ctrl.Result{}, r.replacePod(ctx, s, "its labels were changed")
+}
+
+// replacePod deletes the instance's Pod at once, to be made again on the
+// next pass (its deletion enqueues the instance).
+func (r *Reconciler) replacePod(ctx context.Context, s *scope, why string) error {
+	if err := r.deletePod(ctx, s, why); err != nil {
+		return err
+	}
+	s.replacing = true
+	r.Recorder.Eventf(s.inst, nil, corev1.EventTypeNormal, "PodReplaced", "ReplacePod", "Pod %s is made again: %s", s.inst.Name, why)
+	return nil
+}
+
+// deletePod deletes the instance's own Pod, if it has one, with a grace
+// period of 0 and the Pod's UID as a precondition: never another's Pod of
+// the same name.
+func (r *Reconciler) deletePod(ctx context.Context, s *scope, why string) error {
+	p := s.pod
+	if p == nil {
+		return nil
+	}
+	if g := p.DeletionGracePeriodSeconds; p.DeletionTimestamp != nil && g != nil && *g == 0 {
+		return nil // going at once already
+	}
+	uid := p.UID
+	if err := r.Client.Delete(ctx, p, client.GracePeriodSeconds(0), client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+		if apierrors.IsConflict(err) {
+			return nil // another Pod holds the name now; the next pass sees it
+		}
+		return fmt.Errorf("deleting Pod %s: %w", klog.KObj(p), err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Pod deleted", "Pod", klog.KObj(p), "reason", why)
+	s.pod = nil
+	return nil
+}
+
+// refusal: an admission plugin or webhook refused the Pod. The tenant's
+// namespace decides; it is said on the instance, and never an error of the
+// operator's.
+func refusal(err error) bool {
+	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
+}
+
+// controlledBy: the Pod's controller reference names this instance, by UID.
+func controlledBy(p *corev1.Pod, inst *computev1alpha1.MacOSInstance) bool {
+	ref := metav1.GetControllerOfNoCopy(p)
+	return ref != nil && ref.UID == inst.UID && ref.Kind == "MacOSInstance" &&
+		ref.APIVersion == computev1alpha1.GroupVersion.String() && ref.Name == inst.Name
+}
+
+func takenMessage(p *corev1.Pod) string {
+	return fmt.Sprintf("Pod %s, which this instance does not control, holds its name; the instance has no Pod until it is gone (the VM is unaffected)", p.Name)
+}
+
+func hasSlot(mn *fleetv1alpha1.MacNode, inst *computev1alpha1.MacOSInstance) bool {
+	for _, s := range mn.Status.Slots {
+		if s.UID == inst.UID {
+			return true
+		}
+	}
+	return false
+}
