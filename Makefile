@@ -13,11 +13,13 @@ CONTROLLER_GEN_VERSION := v0.23.0
 OPA_VERSION            := v1.22.3
 CONFTEST_VERSION       := v0.71.1
 STATICCHECK_VERSION    := v0.8.2
+ACTIONLINT_VERSION     := v1.7.12
 
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 OPA            := $(BIN)/opa-$(OPA_VERSION)
 CONFTEST       := $(BIN)/conftest-$(CONFTEST_VERSION)
 STATICCHECK    := $(BIN)/staticcheck-$(STATICCHECK_VERSION)
+ACTIONLINT     := $(BIN)/actionlint-$(ACTIONLINT_VERSION)
 BUNDLECHECK    := $(BIN)/bundlecheck
 
 # The release the OLM bundle and the operator image are of. The CSV and
@@ -85,8 +87,17 @@ $(STATICCHECK):
 	GOBIN=$(BIN)/.gobin-staticcheck go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	mv $(BIN)/.gobin-staticcheck/staticcheck $@ && rm -rf $(BIN)/.gobin-staticcheck
 
+# actionlint is built in hack/actionlint, a module of its own: none of its
+# dependencies is in the project's build, and x/sys and x/sync, which are,
+# are at the project's versions. Its version is hack/actionlint/go.mod's,
+# which must equal ACTIONLINT_VERSION.
+$(ACTIONLINT): hack/actionlint/go.mod hack/actionlint/go.sum
+	@v=$$(cd hack/actionlint && go list -m -f '{{.Version}}' github.com/rhysd/actionlint); \
+	  if [ "$$v" != "$(ACTIONLINT_VERSION)" ]; then echo "hack/actionlint/go.mod has actionlint $$v, the Makefile $(ACTIONLINT_VERSION)"; exit 1; fi
+	cd hack/actionlint && go build -o $@ github.com/rhysd/actionlint/cmd/actionlint
+
 .PHONY: tools
-tools: $(CONTROLLER_GEN) $(OPA) $(CONFTEST) $(STATICCHECK)
+tools: $(CONTROLLER_GEN) $(OPA) $(CONFTEST) $(STATICCHECK) $(ACTIONLINT)
 
 ##@ Generation
 
@@ -204,6 +215,29 @@ policy: $(OPA) $(CONFTEST) ## The reviewers' tools on policies/: opa fmt, check,
 	go run ./hack/reviewerpath --workflow docs/ci/policy.yaml --opa $(OPA) --conftest $(CONFTEST) \
 	  --opa-version $(OPA_VERSION) --conftest-version $(CONFTEST_VERSION)
 
+# The workflows actionlint checks: the Mac side's, which no runner here can
+# run, and the reviewers' sample. shellcheck and pyflakes are off, so that
+# the result does not depend on what the machine has installed.
+WORKFLOWS := .github/workflows/macos.yml docs/ci/policy.yaml
+
+.PHONY: actionlint
+actionlint: $(ACTIONLINT) ## Lint the GitHub Actions workflows with actionlint; a broken copy must fail.
+	$(ACTIONLINT) -shellcheck= -pyflakes= $(WORKFLOWS)
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	  sed 's/runs-on: macos-15$$/runs-on: macos-15-arm99/' .github/workflows/macos.yml > "$$tmp/macos.yml"; \
+	  if $(ACTIONLINT) -shellcheck= -pyflakes= -no-color "$$tmp/macos.yml" > "$$tmp/out" 2>&1; then \
+	    echo "actionlint passed a workflow with an unknown runner label"; exit 1; fi; \
+	  grep -q 'label "macos-15-arm99" is unknown' "$$tmp/out" || { cat "$$tmp/out"; exit 1; }; \
+	  echo "actionlint: $(WORKFLOWS) pass; the control with an unknown runner label fails"
+
+# darwincheck type-checks every package, test files included, for
+# darwin/arm64 with cgo. It needs vz's source, which no Linux build loads:
+# it downloads it first, as go mod download does.
+.PHONY: darwincheck
+darwincheck: ## Type-check every darwin file for darwin/arm64 against the real vz and x/sys APIs.
+	go mod download github.com/Code-Hex/vz/v3
+	$(BG) go run ./hack/darwincheck ./...
+
 .PHONY: unit
 unit: registry nats ## Unit tests (no control plane; the golden tests run the real registry).
 	go test $(GO_TEST_FLAGS) -ldflags '$(GO_TEST_LDFLAGS)' $(UNIT_PKGS)
@@ -232,9 +266,9 @@ go-tests: controlplane registry nats
 .PHONY: test
 test go-tests unit envtest: export GOGC = $(TEST_GOGC)
 test: check-aligned-modules fmt-check check-decoupling ## Everything CI runs.
-	$(MAKE) -j2 --output-sync=target controlplane registry nats $(CONTROLLER_GEN) $(STATICCHECK) $(OPA) bundlecheck
+	$(MAKE) -j2 --output-sync=target controlplane registry nats $(CONTROLLER_GEN) $(STATICCHECK) $(OPA) bundlecheck $(ACTIONLINT)
 	$(MAKE) vet check-generated
-	$(MAKE) -j3 --output-sync=target go-tests check-bundle staticcheck policy image-test BG='nice -n 10'
+	$(MAKE) -j3 --output-sync=target go-tests check-bundle staticcheck policy image-test darwincheck actionlint BG='nice -n 10'
 	@echo "make test: all checks passed"
 
 .PHONY: bench
@@ -262,12 +296,15 @@ bench-runner: controlplane registry nats ## Issue 18: a GitLabRunner on one sim 
 
 ##@ Run
 
-# FLEET is how many simulated Mac minis `make run` enrolls and runs.
+# FLEET is how many simulated Mac minis `make run` enrolls and runs;
+# JETSTREAM how many nats-servers hold the audit stream: 1, or 3 for a
+# JetStream cluster with the stream at three replicas.
 FLEET ?= 4
+JETSTREAM ?= 1
 
 .PHONY: run
-run: controlplane kubectl registry nats build ## Local control plane + operator + FLEET sim minis (4); prints the KUBECONFIG line.
-	$(BIN)/devcluster --root $(CURDIR) --fleet $(FLEET)
+run: controlplane kubectl registry nats build ## Local control plane + operator + FLEET sim minis (4) + JETSTREAM nats-servers (1, or 3); prints the KUBECONFIG line.
+	$(BIN)/devcluster --root $(CURDIR) --fleet $(FLEET) --jetstream $(JETSTREAM)
 
 .PHONY: clean
 clean:
