@@ -118,8 +118,8 @@ manifests: $(CONTROLLER_GEN) ## CRDs, RBAC and webhook manifests.
 ##@ Control plane
 
 .PHONY: controlplane
-controlplane: ## Build kube-apiserver, etcd and kube-controller-manager into bin/k8s from the Go module proxy.
-	hack/controlplane/build.sh $(K8S_BIN) kube-apiserver etcd kube-controller-manager
+controlplane: ## Build kube-apiserver, etcd, kube-controller-manager and kubectl into bin/k8s from the Go module proxy.
+	hack/controlplane/build.sh $(K8S_BIN) kube-apiserver etcd kube-controller-manager kubectl
 
 .PHONY: kubectl
 kubectl:

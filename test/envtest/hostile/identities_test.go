@@ -167,6 +167,18 @@ var _ = Describe("identities", Ordered, ContinueOnFailure, func() {
 		})
 
 		It("when missing, block no one but agents", func() {
+			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: owner.node}}
+			untaint := mergePatch(map[string]any{"spec": map[string]any{"taints": []any{}}})
+
+			// A binding the operator has just restored (the test before
+			// deletes it) reaches the API server's admission within about a
+			// second, when its policy cache next compiles: wait for it.
+			Eventually(func(g Gomega) {
+				err := owner.client.Patch(ctx, n, untaint)
+				g.Expect(err).To(HaveOccurred())
+				g.Expect(err.Error()).To(ContainSubstring("ValidatingAdmissionPolicy 'macrack-agent-scope'"))
+			}, 10*time.Second).Should(Succeed())
+
 			// The operator is gone (uninstalled, or down) and its params
 			// with it.
 			Expect(op.Stop()).To(Succeed())
@@ -186,8 +198,7 @@ var _ = Describe("identities", Ordered, ContinueOnFailure, func() {
 				&authenticationv1.TokenRequest{})).To(Succeed())
 
 			By("an agent stays fenced")
-			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: owner.node}}
-			harness.ExpectPolicyDenial(owner.client.Patch(ctx, n, mergePatch(map[string]any{"spec": map[string]any{"taints": []any{}}})), "agent.scope")
+			harness.ExpectPolicyDenial(owner.client.Patch(ctx, n, untaint), "agent.scope")
 			other := b
 			if owner.node == b.node {
 				other = a
