@@ -34,6 +34,10 @@ type Cache struct {
 
 	mu   sync.Mutex
 	busy map[string]int
+	// reserved is the size each pull in flight may reach (Reserve): a
+	// second pull's MakeRoom counts it at that size, not at the bytes it
+	// has written so far, and never evicts it.
+	reserved map[string]int64
 }
 
 // Entry is one golden of the cache.
@@ -197,6 +201,37 @@ func touchFile(path string, t time.Time) error {
 func (c *Cache) MakeRoom(need, budget int64, pinned map[string]bool) ([]string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.makeRoomLocked(need, budget, pinned)
+}
+
+// Reserve is MakeRoom for a pull of name that may add need bytes, and
+// holds that room until release: until then a concurrent MakeRoom counts
+// name at the size it will reach and never evicts it. Without it two
+// pulls that start together each see the other's few bytes written so
+// far, and both fit a budget that holds one.
+func (c *Cache) Reserve(name string, need, budget int64, pinned map[string]bool) (evicted []string, release func(), err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	evicted, err = c.makeRoomLocked(need, budget, pinned)
+	if err != nil {
+		return evicted, nil, err
+	}
+	have, _ := allocatedBytes(filepath.Join(c.Root, name))
+	if c.reserved == nil {
+		c.reserved = make(map[string]int64)
+	}
+	c.reserved[name] = have + need
+	var once sync.Once
+	return evicted, func() {
+		once.Do(func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			delete(c.reserved, name)
+		})
+	}, nil
+}
+
+func (c *Cache) makeRoomLocked(need, budget int64, pinned map[string]bool) ([]string, error) {
 	c.sweepTrash()
 	ents, err := c.entriesLocked()
 	if err != nil {
@@ -205,13 +240,22 @@ func (c *Cache) MakeRoom(need, budget int64, pinned map[string]bool) ([]string, 
 	var used int64
 	var held []string
 	var candidates []Entry
+	seen := make(map[string]bool, len(ents))
 	for _, e := range ents {
-		used += e.AllocatedBytes
-		if pinned[e.Name] || e.InUse {
+		seen[e.Name] = true
+		r, inFlight := c.reserved[e.Name]
+		used += max(e.AllocatedBytes, r)
+		if pinned[e.Name] || e.InUse || inFlight {
 			held = append(held, e.Name)
 			continue
 		}
 		candidates = append(candidates, e)
+	}
+	for name, r := range c.reserved {
+		if !seen[name] { // reserved, no byte written yet
+			used += r
+			held = append(held, name)
+		}
 	}
 	if used+need <= budget {
 		return nil, nil

@@ -165,6 +165,36 @@ func TestMakeRoomNoRoomEvictsNothing(t *testing.T) {
 	}
 }
 
+// Two pulls that start together: the first's reservation counts at the
+// size it will reach, not the nothing it has written, so the second does
+// not fit a budget that holds one; once the first ends, it does.
+func TestReserveCountsAPullInFlight(t *testing.T) {
+	c, _, _ := cacheFixture(t)
+	_, total := usage(t, c)
+	const need = 1 << 20
+	budget := total + need + need/2 // room for one pull, not two
+	pinAll := map[string]bool{"a": true, "b": true, "c": true, "d": true}
+	ev, release, err := c.Reserve("first", need, budget, pinAll)
+	if err != nil || len(ev) != 0 {
+		t.Fatalf("first reservation: evicted %v, %v", ev, err)
+	}
+	_, _, err = c.Reserve("second", need, budget, pinAll)
+	var nr *NoRoomError
+	if !errors.As(err, &nr) || nr.Used != total+need || !reflect.DeepEqual(nr.Pinned, []string{"a", "b", "c", "d", "first"}) {
+		t.Fatalf("second reservation beside the first: %#v; want a NoRoomError counting first's %d bytes, first held", err, need)
+	}
+	if _, err := c.MakeRoom(need, budget, pinAll); !errors.As(err, &nr) {
+		t.Fatalf("MakeRoom beside a reservation: %v; want a NoRoomError", err)
+	}
+	release()
+	release() // twice is harmless
+	_, release2, err := c.Reserve("second", need, budget, pinAll)
+	if err != nil {
+		t.Fatalf("positive control: once the first pull ends (writing nothing), the second fits: %v", err)
+	}
+	release2()
+}
+
 func TestPullMakesRoomWithinBudget(t *testing.T) {
 	c, _, _ := cacheFixture(t)
 	_, total := usage(t, c)

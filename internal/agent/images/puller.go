@@ -378,6 +378,9 @@ func (p *Puller) run(ctx context.Context, name string, g *golden.Golden, src con
 	r := &pullRun{p: p, log: log, name: name, dir: p.dir(name), g: g, src: src}
 	start := p.clock().Now()
 	err := r.pull(ctx)
+	if r.release != nil {
+		r.release()
+	}
 	switch {
 	case err == nil:
 		took := p.clock().Since(start)
@@ -413,6 +416,8 @@ type pullRun struct {
 	dir  string
 	g    *golden.Golden
 	src  content.Fetcher
+	// release frees the room makeRoom reserved, once the pull ends.
+	release func()
 
 	mu       sync.Mutex
 	st       *pullState
@@ -560,13 +565,14 @@ func (p *Puller) makeRoom(ctx context.Context, r *pullRun) error {
 				pinned[n] = pinned[n] || v
 			}
 		}
-		evicted, err := p.Cache.MakeRoom(need, p.Budget, pinned)
+		evicted, release, err := p.Cache.Reserve(r.name, need, p.Budget, pinned)
 		if len(evicted) > 0 {
 			r.log.Info("evicted goldens to make room", "evicted", evicted, "need", need)
 		}
 		if err != nil {
 			return err
 		}
+		r.release = release
 	}
 	if p.Space != nil {
 		root := p.Root

@@ -217,7 +217,7 @@ func (s *Store) pullOnce(ctx context.Context, img *fleetv1alpha1.MacOSImage, p *
 		if have, err := allocatedBytes(s.Cache.Files(img.Name).Dir); err == nil {
 			need = max(need-have, 0)
 		}
-		evicted, err := s.Cache.MakeRoom(need, s.Budget(), pinned)
+		evicted, release, err := s.Cache.Reserve(img.Name, need, s.Budget(), pinned)
 		for _, name := range evicted {
 			if s.OnEvict != nil {
 				s.OnEvict(name, fmt.Sprintf("least recently used; evicted to make room for %s (%d bytes) within the cache budget of %d bytes",
@@ -227,6 +227,7 @@ func (s *Store) pullOnce(ctx context.Context, img *fleetv1alpha1.MacOSImage, p *
 		if err != nil {
 			return err
 		}
+		defer release()
 	}
 	s.mu.Lock()
 	p.waiting = ""

@@ -117,11 +117,16 @@ var _ = Describe("lifecycle", Ordered, ContinueOnFailure, func() {
 		leased := leaseOne(class)
 		Expect(leased.lease.Status.NodeName).To(Equal(a.node))
 		inst := leased.inst.DeepCopy()
-		// The agent takes the instance in hand; its tenant adds a finalizer of
-		// its own.
-		Expect(a.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
-			"resourceVersion": inst.ResourceVersion,
-			"finalizers":      []any{fleetv1alpha1.DiskWipeFinalizer}}}))).To(Succeed())
+		// The agent takes the instance in hand, locked on what it read, and
+		// reads again on a conflict (the operator writes the instance's
+		// conditions as its Pod comes up); its tenant adds a finalizer of its
+		// own.
+		Eventually(func() error {
+			Expect(admin.Get(ctx, client.ObjectKeyFromObject(inst), inst)).To(Succeed())
+			return a.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
+				"resourceVersion": inst.ResourceVersion,
+				"finalizers":      []any{fleetv1alpha1.DiskWipeFinalizer}}}))
+		}).Should(Succeed())
 		Expect(leased.tenant.Client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
 			"finalizers": []any{fleetv1alpha1.DiskWipeFinalizer, "example.com/keep"}}}))).To(Succeed())
 
