@@ -4,7 +4,8 @@
 #   A lease lasts at least 24 hours. minimumDuration, when set, is a duration
 #   of at least 24h and at most 87600h (ten years). Once the lease is bound,
 #   minimumDuration never shrinks, status.earliestReleaseAt never moves
-#   earlier, and earliestReleaseAt is at least minimumDuration after boundAt.
+#   earlier, and earliestReleaseAt is at least minimumDuration, rounded up
+#   to a whole second, after boundAt.
 # custom:
 #   id: lease.floor
 #   kinds:
@@ -73,7 +74,9 @@ bound_minimum := d if {
 has_minimum if _ = lib.new.spec.minimumDuration
 
 # status.earliestReleaseAt, once set, is never removed, never moved earlier,
-# and is at least minimumDuration after boundAt.
+# and is at least minimumDuration, rounded up to a whole second, after
+# boundAt: Kubernetes stores times to the second, so a fractional duration
+# such as 24h0.5s binds until the next whole second.
 
 problems contains sprintf("status.earliestReleaseAt cannot be removed (it was %s)", [was]) if {
 	was := old_era
@@ -91,8 +94,14 @@ problems contains sprintf("status.earliestReleaseAt %s is less than minimumDurat
 	bound != null
 	era := new_era
 	status_times_written
-	time.parse_rfc3339_ns(era) - time.parse_rfc3339_ns(bound) < lib.duration_ns(minimum)
+	time.parse_rfc3339_ns(era) - time.parse_rfc3339_ns(bound) < whole_seconds_ns(lib.duration_ns(minimum))
 }
+
+# whole_seconds_ns rounds a duration in nanoseconds up to a whole second,
+# in integers: exact for every duration the schema admits.
+whole_seconds_ns(ns) := ns + ((second_ns - (ns % second_ns)) % second_ns)
+
+second_ns := 1000000000
 
 old_era := e if {
 	e := lib.old.status.earliestReleaseAt

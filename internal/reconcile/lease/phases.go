@@ -37,14 +37,15 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 }
 
 // extend moves the binding's earliestReleaseAt to boundAt + minimumDuration
-// when the tenant lengthened the lease. It never moves it earlier.
+// when the tenant lengthened the lease. It never moves it earlier. Both
+// sides are whole seconds, as stored: a bound lease's pass writes nothing.
 func (r *Reconciler) extend(ctx context.Context, s *scope) error {
 	minimum, err := time.ParseDuration(s.lease.Spec.MinimumDuration)
 	if err != nil {
 		return nil // the policies refuse such a lease; nothing to extend
 	}
 	b := s.node.Status.Binding
-	want := metav1.NewTime(b.BoundAt.Add(minimum))
+	want := releaseFloor(b.BoundAt.Time, minimum)
 	if !want.After(b.EarliestReleaseAt.Time) {
 		return nil
 	}
@@ -106,7 +107,7 @@ func (r *Reconciler) bind(ctx context.Context, s *scope) (ctrl.Result, error) {
 	}
 
 	boundAt := metav1.NewTime(s.now.UTC().Truncate(time.Second))
-	era := metav1.NewTime(boundAt.Add(minimum))
+	era := releaseFloor(boundAt.Time, minimum)
 	var denials []string
 	for i := range candidates {
 		// Skip the chassis another reconcile of this controller is claiming
@@ -189,6 +190,19 @@ func (r *Reconciler) tryClaim(ctx context.Context, s *scope, candidate *fleetv1a
 		"Bound chassis %s (%s) until at least %s", claimed.Spec.Serial, claimed.Name, era.UTC().Format(time.RFC3339))
 	log.Info("Lease bound", "MacNode", claimed.Name, "earliestReleaseAt", era.UTC())
 	return true, false, nil
+}
+
+// releaseFloor is earliestReleaseAt for a lease bound at boundAt: minimum
+// later, rounded up to the next whole second. Kubernetes stores times to
+// the second, and lease.floor rounds minimumDuration up alike, so a
+// fractional duration such as 24h0.5s binds, and its stored value is the
+// one the policy and every later pass compute.
+func releaseFloor(boundAt time.Time, minimum time.Duration) metav1.Time {
+	t := boundAt.Add(minimum)
+	if whole := t.Truncate(time.Second); whole.Before(t) {
+		t = whole.Add(time.Second)
+	}
+	return metav1.NewTime(t.UTC())
 }
 
 // freeNodes are the Ready, unbound MacNodes, longest released first.
