@@ -3,7 +3,8 @@
 # description: |
 #   An instance lives inside its tenant's lease. A new instance names a lease
 #   in its own namespace that is Bound (not Pending, Held, Released or being
-#   deleted). An instance is placed only on its own lease's node.
+#   deleted). An instance is placed only on its own lease's node, and only
+#   while that lease is Bound and not being deleted.
 # custom:
 #   id: instance.tenant
 #   kinds:
@@ -69,6 +70,26 @@ placement_problems contains sprintf("instance %s/%s can be placed only on its le
 	node := lib.newly_placed_on
 	lease_node := object.get(input, ["inventory", "lease", "status", "nodeName"], "")
 	node != lease_node
+}
+
+# An instance is placed only while its lease is Bound and not being deleted:
+# a lease deleted as its instance was created holds its chassis (Held) for
+# the tenant's bill, not for new work.
+
+placement_problems contains sprintf("lease %s/%s is %s; instance %s/%s is placed only while its lease is Bound", [namespace, lease_name, state, namespace, object.get(lib.new, ["metadata", "name"], "")]) if {
+	lib.newly_placed_on
+	some state in lease_unbound
+}
+
+# lease_unbound says how the lease supplied is not Bound, if it is not.
+lease_unbound contains sprintf("%s, not Bound", [phase]) if {
+	phase := object.get(lease, ["status", "phase"], "Pending")
+	phase != "Bound"
+}
+
+lease_unbound contains "being deleted" if {
+	object.get(lease, ["metadata", "deletionTimestamp"], null) != null
+	object.get(lease, ["status", "phase"], "Pending") == "Bound"
 }
 
 # lease is the lease the inventory supplies; undefined when there is none.
