@@ -28,6 +28,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/cachewait"
 	"github.com/boualleiguie/macrack-operator/internal/fleetmetrics"
 	"github.com/boualleiguie/macrack-operator/internal/index"
+	"github.com/boualleiguie/macrack-operator/internal/patch"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	auditexport "github.com/boualleiguie/macrack-operator/internal/reconcile/audit"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/gitlabrunner"
@@ -116,6 +117,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	nodeMetrics := node.NewMetrics()
 	collectors := append(o.Engine.Collectors(), admissionMetrics.Collectors()...)
 	collectors = append(collectors, fleetmetrics.Collectors(mgr.GetCache(), mgr.GetLogger().WithName("metrics"))...)
+	collectors = append(collectors, patch.Collectors()...)
 	for _, c := range append(collectors, nodeMetrics.Collectors()...) {
 		if err := reg.Register(c); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
 			return fmt.Errorf("registering metrics: %w", err)

@@ -1,17 +1,17 @@
 // Package patch writes a reconciled object back once, at the end of a
 // Reconcile, and only what changed: the status through the status
 // subresource, then metadata and spec. Status goes first, so that a
-// finalizer removal (which may delete the object) never loses it.
+// finalizer removal (which may delete the object) never loses it; a status
+// write that fails holds the metadata write back, so that an audit
+// finalizer never goes without the record its pass carried.
 package patch
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
 
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -60,36 +60,32 @@ func (h *Helper) Patch(ctx context.Context, obj client.Object) error {
 	// The status patch refreshes obj from the server, metadata and spec
 	// included; keep what this reconcile wants of them.
 	desired := obj.DeepCopyObject().(client.Object)
-	var statusErr error
 	if statusChanged {
 		p := client.MergeFrom(h.before)
 		if h.lockStatus {
 			p = client.MergeFromWithOptions(h.before, client.MergeFromWithOptimisticLock{})
 		}
 		if err := h.client.Status().Patch(ctx, obj, p); err != nil {
-			if h.lockStatus && apierrors.IsConflict(err) {
-				return fmt.Errorf("patching status: %w", err)
-			}
-			statusErr = fmt.Errorf("patching status: %w", err)
+			// A status write that failed (a conflict, or a refusal, which is
+			// the operator's bug) holds back the metadata write: removing a
+			// finalizer now would let the object go without the records
+			// this pass carried in its status. The pass is retried, with
+			// backoff; a refusal stalls the object, and its namespace,
+			// visibly (StatusWriteRefused) rather than lose a record.
+			return fmt.Errorf("patching status: %w", err)
 		}
 	}
 	if restChanged {
 		// Diff metadata and spec from a snapshot that carries the status now
-		// stored, so that only they go. After a failed status patch, obj is
-		// unchanged and the plain snapshot serves: a status write that was
-		// refused never holds back a metadata write (a finalizer that could
-		// never be removed would hold the object, and its namespace, forever).
+		// stored, so that only they go.
 		base := h.before.DeepCopyObject().(client.Object)
-		if statusChanged && statusErr == nil {
+		if statusChanged {
 			base = withStatusOf(base, obj)
 			reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(withStatusOf(desired, obj)).Elem())
 		}
 		if err := h.client.Patch(ctx, obj, client.MergeFrom(base)); err != nil {
-			return errors.Join(statusErr, fmt.Errorf("patching metadata and spec: %w", err))
+			return fmt.Errorf("patching metadata and spec: %w", err)
 		}
-	}
-	if statusErr != nil {
-		return statusErr
 	}
 	h.before = obj.DeepCopyObject().(client.Object)
 	h.lockStatus = false

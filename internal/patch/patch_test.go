@@ -3,11 +3,14 @@ package patch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -63,14 +66,18 @@ func TestPatchWritesStatusFirstAndOnlyWhatChanged(t *testing.T) {
 	}
 }
 
-func TestAFailedStatusPatchNeverHoldsBackTheFinalizer(t *testing.T) {
+// TestARefusedStatusPatchKeepsTheFinalizer: a pass whose status write was
+// refused removes no finalizer, so that the object never goes without the
+// record its status carried; the positive control, the status accepted,
+// writes both.
+func TestARefusedStatusPatchKeepsTheFinalizer(t *testing.T) {
 	scheme := runtime.NewScheme()
 	_ = leasingv1alpha1.AddToScheme(scheme)
 	lease := &leasingv1alpha1.MacNodeLease{
 		ObjectMeta: metav1.ObjectMeta{Name: "l1", Namespace: "t", Finalizers: []string{fleetv1alpha1.LeaseFinalizer, "example.com/keep"}},
 		Spec:       leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: "nope", MinimumDuration: "24h"},
 	}
-	refused := errors.New("status refused")
+	refused := apierrors.NewInvalid(leasingv1alpha1.GroupVersion.WithKind("MacNodeLease").GroupKind(), "l1", nil)
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(lease).WithStatusSubresource(lease).
 		WithInterceptorFuncs(interceptor.Funcs{
 			SubResourcePatch: func(context.Context, client.Client, string, client.Object, client.Patch, ...client.SubResourcePatchOption) error {
@@ -82,7 +89,7 @@ func TestAFailedStatusPatchNeverHoldsBackTheFinalizer(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := NewHelper(got, c)
-	got.Status.Phase = leasingv1alpha1.LeasePending
+	got.Status.Phase = leasingv1alpha1.LeaseReleased
 	got.Finalizers = []string{"example.com/keep"}
 	err := h.Patch(context.Background(), got)
 	if !errors.Is(err, refused) {
@@ -92,8 +99,8 @@ func TestAFailedStatusPatchNeverHoldsBackTheFinalizer(t *testing.T) {
 	if err := c.Get(context.Background(), client.ObjectKeyFromObject(lease), stored); err != nil {
 		t.Fatal(err)
 	}
-	if len(stored.Finalizers) != 1 || stored.Finalizers[0] != "example.com/keep" {
-		t.Fatalf("the finalizer removal was lost with the status: %v", stored.Finalizers)
+	if len(stored.Finalizers) != 2 || stored.Finalizers[0] != fleetv1alpha1.LeaseFinalizer {
+		t.Fatalf("the finalizer went without the record its status carried: %v", stored.Finalizers)
 	}
 	if stored.Status.Phase != "" {
 		t.Fatalf("a refused status was written: %+v", stored.Status)
@@ -106,13 +113,41 @@ func TestAFailedStatusPatchNeverHoldsBackTheFinalizer(t *testing.T) {
 		t.Fatal(err)
 	}
 	h2 := NewHelper(got2, c2)
-	got2.Status.Phase = leasingv1alpha1.LeasePending
+	got2.Status.Phase = leasingv1alpha1.LeaseReleased
 	got2.Finalizers = []string{"example.com/keep"}
 	if err := h2.Patch(context.Background(), got2); err != nil {
 		t.Fatal(err)
 	}
-	if err := c2.Get(context.Background(), client.ObjectKeyFromObject(lease), got2); err != nil || got2.Status.Phase != leasingv1alpha1.LeasePending || len(got2.Finalizers) != 1 {
+	if err := c2.Get(context.Background(), client.ObjectKeyFromObject(lease), got2); err != nil || got2.Status.Phase != leasingv1alpha1.LeaseReleased || len(got2.Finalizers) != 1 {
 		t.Fatalf("positive control: %+v %v", got2, err)
+	}
+}
+
+func TestRefusalNamesTheRule(t *testing.T) {
+	gk := leasingv1alpha1.GroupVersion.WithKind("MacNodeLease").GroupKind()
+	for _, c := range []struct {
+		name    string
+		err     error
+		rule    string
+		refused bool
+	}{
+		{"a ValidatingAdmissionPolicy's denial names its rule",
+			apierrors.NewInvalid(gk, "l", field.ErrorList{field.Invalid(field.NewPath(""), nil,
+				"ValidatingAdmissionPolicy 'macrack-lease-floor' with binding 'macrack-lease-floor' denied request: lease.floor: status.earliestReleaseAt 2026-06-02T01:00:00Z is less than minimumDuration 25h0.5s after boundAt 2026-06-01T00:00:00Z")}),
+			"lease.floor", true},
+		{"a webhook's denial names its rule",
+			apierrors.NewForbidden(schema.GroupResource{Group: "leasing.macrack.io", Resource: "macnodeleases"}, "l",
+				errors.New(`admission webhook "vmacnodelease.macrack.io" denied the request: audit.finalizer: the record is not out`)),
+			"audit.finalizer", true},
+		{"a refusal naming no rule is still a refusal", apierrors.NewBadRequest("nope"), "unknown", true},
+		{"a conflict is no refusal", apierrors.NewConflict(schema.GroupResource{}, "l", errors.New("stale")), "", false},
+		{"a missing object is no refusal", apierrors.NewNotFound(schema.GroupResource{}, "l"), "", false},
+		{"a network error is no refusal", errors.New("connection refused"), "", false},
+	} {
+		rule, refused := Refusal(fmt.Errorf("patching status: %w", c.err))
+		if rule != c.rule || refused != c.refused {
+			t.Errorf("%s: got (%q, %v), want (%q, %v)", c.name, rule, refused, c.rule, c.refused)
+		}
 	}
 }
 

@@ -15,6 +15,11 @@ const (
 	// while it is quarantined (its kernel VM quota stuck, and MacRack
 	// reboots it), or when it needs a person.
 	ConditionChassisAvailable = "ChassisAvailable"
+	// ConditionRecorded: the lease controller's last status write went
+	// through. Set only once a write was refused (False, with the rule
+	// id), and True again once one goes through: while False, the lease
+	// keeps its finalizer, so that no audit record is lost.
+	ConditionRecorded = "Recorded"
 )
 
 // Reasons used on lease conditions.
@@ -52,4 +57,8 @@ const (
 	ReasonChassisNeedsAttention = "ChassisNeedsAttention"
 	// ReasonChassisRecovered (an Event): the chassis came back.
 	ReasonChassisRecovered = "ChassisRecovered"
+	// Recorded's reasons. ReasonStatusWriteRefused (also an Event): a
+	// policy refused the operator's own status write, a bug.
+	ReasonStatusWriteRefused = "StatusWriteRefused"
+	ReasonRecorded           = "Recorded"
 )

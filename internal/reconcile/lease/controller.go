@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -27,6 +29,7 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/conditions"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/patch"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
@@ -164,6 +167,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		r.updateStatus(s)
 		r.journal(before, s, helper)
 		if err := helper.Patch(ctx, lease); err != nil && !(s.released && apierrors.IsNotFound(err)) {
+			if rule, refused := patch.Refusal(err); refused {
+				r.statusWriteRefused(ctx, req, rule, err)
+				// Never terminal: the pass is retried with the controller's
+				// backoff, and the finalizer stays until the write goes.
+				retErr = fmt.Errorf("patching MacNodeLease %s: %w", req, err)
+				return
+			}
 			retErr = errors.Join(retErr, fmt.Errorf("patching MacNodeLease %s: %w", req, err))
 		}
 	}()
@@ -172,6 +182,31 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return r.reconcileDelete(ctx, s)
 	}
 	return r.reconcileNormal(ctx, s)
+}
+
+// statusWriteRefused makes a policy's refusal of this controller's status
+// write seen: a metric with the rule id, a log line, and, on the stored
+// lease, Recorded=False with an Event when it flips. Only the condition is
+// written, so that the refused status times are not tried again here.
+func (r *Reconciler) statusWriteRefused(ctx context.Context, req ctrl.Request, rule string, refusal error) {
+	log := ctrl.LoggerFrom(ctx)
+	patch.CountRefusal("MacNodeLease", rule)
+	log.Error(refusal, "Status write refused by policy", "rule", rule)
+	stored := &leasingv1alpha1.MacNodeLease{}
+	if err := r.Client.Get(ctx, req.NamespacedName, stored); err != nil {
+		return
+	}
+	before := stored.DeepCopy()
+	msg := fmt.Sprintf("the operator's status write was refused by %s (a bug; the lease keeps its finalizer, and its records, until it is fixed): %v", rule, refusal)
+	flipped := conditions.Set(&stored.Status.Conditions, conditions.False(leasingv1alpha1.ConditionRecorded,
+		leasingv1alpha1.ReasonStatusWriteRefused, msg), stored.Generation, metav1.NewTime(r.Clock.Now()))
+	if !flipped {
+		return
+	}
+	if err := r.Client.Status().Patch(ctx, stored, client.MergeFrom(before)); err != nil {
+		log.Error(err, "Recording a refused status write failed", "rule", rule)
+	}
+	r.Recorder.Eventf(stored, nil, corev1.EventTypeWarning, leasingv1alpha1.ReasonStatusWriteRefused, "Record", "%s", msg)
 }
 
 // journal records this pass's transitions in the same status write as the

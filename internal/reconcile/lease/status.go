@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
@@ -94,6 +95,12 @@ func (r *Reconciler) updateStatus(s *scope) {
 		conditions.Set(c, imagesReady(lease, s.node), gen, now)
 	}
 	r.setChassisAvailable(s, gen, now)
+	// Recorded exists only once a status write was refused: this write,
+	// if it goes through, says the records are flowing again.
+	if meta.FindStatusCondition(*c, leasingv1alpha1.ConditionRecorded) != nil {
+		conditions.Set(c, conditions.True(leasingv1alpha1.ConditionRecorded, leasingv1alpha1.ReasonRecorded,
+			"the operator's status writes go through"), gen, now)
+	}
 	lease.Status.ObservedGeneration = gen
 }
 
