@@ -63,13 +63,14 @@ var _ = Describe("round 3: the floor and the held lease", Ordered, ContinueOnFai
 		Expect(c).To(BeNil(), "no status write of the operator's was refused")
 	}
 
-	It("a tenant lengthens a bound 24h lease to 25h0.5s and deletes it: the lease goes Held, keeps its record, and no write loops", func() {
+	It("a tenant lengthens a bound 24h lease to 25h0.5s and deletes it: the lease goes Held, keeps its record, and no write loops (shortening it: refused by the webhook, lease.floor)", func() {
 		t, err := env.NewTenant(ctx, "wedger")
 		Expect(err).NotTo(HaveOccurred())
 		l := bindLease(t, "24h")
 		bound := l.Status.BoundAt.Time
 
-		harness.ExpectPolicyDenial(t.Client.Patch(ctx, l.DeepCopy(), mergePatch(map[string]any{"spec": map[string]any{"minimumDuration": "23h59m59.5s"}})), "lease.floor")
+		harness.ExpectWebhookDenial(t.Client.Patch(ctx, l.DeepCopy(), mergePatch(map[string]any{"spec": map[string]any{"minimumDuration": "23h59m59.5s"}})),
+			"vmacnodelease.macrack.io", "lease.floor")
 		Expect(t.Client.Patch(ctx, l.DeepCopy(), mergePatch(map[string]any{"spec": map[string]any{"minimumDuration": "25h0.5s"}}))).To(Succeed(),
 			"positive control: lengthening a bound lease, fraction and all, is admitted")
 
@@ -126,6 +127,10 @@ var _ = Describe("round 3: the floor and the held lease", Ordered, ContinueOnFai
 	It("a tenant creates an instance as its lease is deleted: refused by policy instance.tenant at placement, never placed", func() {
 		leased := leaseOne(class) // positive control: an instance of a Bound lease is placed
 		t := leased.tenant
+		// Its agent reports the first instance Stopped: no longer live for
+		// instance.cap, it still holds the chassis' one slot.
+		Expect(a.client.Status().Patch(ctx, leased.inst.DeepCopy(), mergePatch(map[string]any{"status": map[string]any{
+			"runtime": map[string]any{"phase": string(computev1alpha1.VMStopped)}}}))).To(Succeed())
 		waiting := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: "late", Namespace: t.Namespace},
 			Spec: computev1alpha1.MacOSInstanceSpec{LeaseName: leased.lease.Name, ImageName: "img", CPU: 4,
 				Memory: resource.MustParse("8Gi"), Disk: resource.MustParse("100Gi")}}
