@@ -53,7 +53,9 @@ var _ = Describe("round 3: the floor and the held lease", Ordered, ContinueOnFai
 		GinkgoHelper()
 		Expect(client.IgnoreNotFound(t.Client.Delete(ctx, l.DeepCopy()))).To(Succeed())
 		op.Step(27*time.Hour, l)
-		Eventually(func() bool { return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(l), &leasingv1alpha1.MacNodeLease{})) }).Should(BeTrue())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(admin.Get(ctx, client.ObjectKeyFromObject(l), &leasingv1alpha1.MacNodeLease{}))
+		}).Should(BeTrue())
 		Eventually(func() fleetv1alpha1.MacNodePhase { return macNode(a.node).Status.Phase }).Should(Equal(fleetv1alpha1.MacNodeReady))
 	}
 	// noRecordedRefusal: the operator's own status writes all went through.
