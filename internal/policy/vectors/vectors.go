@@ -37,8 +37,14 @@ type vector struct {
 	Name string `json:"name"`
 	// APIServer, when "skip", keeps the vector out of the replay through a
 	// real API server; Why says why (usually: the schema refuses it first).
-	APIServer string         `json:"apiServer,omitempty"`
-	Why       string         `json:"why,omitempty"`
+	APIServer string `json:"apiServer,omitempty"`
+	Why       string `json:"why,omitempty"`
+	// StoredAs, for a replay, is merged over the oldObject to make the
+	// object as it was when its status was written; the oldObject's spec
+	// comes after. Some old states arise only in that order (a tenant
+	// lengthens a lease after the operator wrote its times), and the
+	// policies refuse the status write the other way round.
+	StoredAs  map[string]any `json:"storedAs,omitempty"`
 	Input     map[string]any `json:"input"`
 	Expect    []string       `json:"expect"`
 	// Says lists text each engine's denial message must contain, so that
@@ -56,6 +62,8 @@ type Case struct {
 	Says   []string
 	// Replay reports whether the vector may go through a real API server.
 	Replay bool
+	// StoredAs: see vector.StoredAs.
+	StoredAs map[string]any
 	// Raw is the merged input document, as written.
 	Raw map[string]any
 }
@@ -106,7 +114,8 @@ func Load(fsys fs.FS) ([]Case, error) {
 				Rule: f.Rule, Name: v.Name, File: path.Base(p), Index: i,
 				Expect: slices.Compact(expect),
 				Says:   v.Says,
-				Replay: v.APIServer != "skip",
+				Replay:   v.APIServer != "skip",
+				StoredAs: v.StoredAs,
 				Raw:    wholeNumbers(merge(f.Defaults, v.Input)).(map[string]any),
 			})
 		}
@@ -133,6 +142,9 @@ func wholeNumbers(v any) any {
 	}
 	return v
 }
+
+// Merge is merge, for the replay's storedAs.
+func Merge(base, over map[string]any) map[string]any { return merge(base, over) }
 
 // merge deep-merges over onto base; maps merge, everything else replaces,
 // and so does a whole object (a map with apiVersion).

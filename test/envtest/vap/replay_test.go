@@ -81,16 +81,27 @@ func remove(u *unstructured.Unstructured) {
 		WithTimeout(10 * time.Second).WithPolling(50 * time.Millisecond).Should(BeTrue())
 }
 
-// setUp stores the vector's oldObject as the administrator, status included.
-func setUp(old map[string]any) *unstructured.Unstructured {
+// setUp stores the vector's oldObject as the administrator, status
+// included: first as storedAs makes it, where the vector says, then its
+// spec as the oldObject has it. It removes the object when the vector is
+// done, whatever happens.
+func setUp(old, storedAs map[string]any) *unstructured.Unstructured {
 	GinkgoHelper()
 	u := fresh(old)
+	if storedAs != nil {
+		u = fresh(vectors.Merge(old, storedAs))
+	}
 	ensureNamespace(u.GetNamespace())
 	status, hasStatus := u.Object["status"]
 	Expect(admin.Create(ctx, u)).To(Succeed(), "setting up the vector's oldObject")
+	DeferCleanup(remove, u)
 	if hasStatus && u.GetKind() != "Node" {
 		u.Object["status"] = status
 		Expect(admin.Status().Update(ctx, u)).To(Succeed(), "setting up the vector's oldObject status")
+	}
+	if storedAs != nil {
+		u.Object["spec"] = runtimeCopy(map[string]any{"spec": old["spec"]})["spec"]
+		Expect(admin.Update(ctx, u)).To(Succeed(), "setting up the vector's oldObject spec, after its status")
 	}
 	return u
 }
@@ -117,7 +128,7 @@ func replay(c vectors.Case, in policy.Input) (cleanup []*unstructured.Unstructur
 		ensureNamespace(u.GetNamespace())
 		return []*unstructured.Unstructured{u}, user.Create(ctx, u)
 	case "UPDATE":
-		stored := setUp(in.OldObject)
+		stored := setUp(in.OldObject, c.StoredAs)
 		u := fresh(in.Object)
 		u.SetResourceVersion(stored.GetResourceVersion())
 		if req.SubResource == "status" {
@@ -125,7 +136,7 @@ func replay(c vectors.Case, in policy.Input) (cleanup []*unstructured.Unstructur
 		}
 		return []*unstructured.Unstructured{stored}, user.Update(ctx, u)
 	case "DELETE":
-		stored := setUp(in.OldObject)
+		stored := setUp(in.OldObject, c.StoredAs)
 		return []*unstructured.Unstructured{stored}, user.Delete(ctx, stored)
 	}
 	Fail(fmt.Sprintf("%s: cannot replay operation %s", c.ID(), req.Operation))
