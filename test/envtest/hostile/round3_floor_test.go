@@ -65,16 +65,17 @@ var _ = Describe("round 3: the floor and the held lease", Ordered, ContinueOnFai
 		Expect(c).To(BeNil(), "no status write of the operator's was refused")
 	}
 
-	It("a tenant lengthens a bound 24h lease to 25h0.5s and deletes it: the lease goes Held, keeps its record, and no write loops (shortening it: refused by the webhook, lease.floor)", func() {
+	It("a tenant lengthens a bound 24h lease to 25h0.5s and deletes it: the lease goes Held, keeps its record, and no write loops (shortening it by the half second: refused by the ValidatingAdmissionPolicy lease.floor)", func() {
 		t, err := env.NewTenant(ctx, "wedger")
 		Expect(err).NotTo(HaveOccurred())
 		l := bindLease(t, "24h")
 		bound := l.Status.BoundAt.Time
 
-		harness.ExpectWebhookDenial(t.Client.Patch(ctx, l.DeepCopy(), mergePatch(map[string]any{"spec": map[string]any{"minimumDuration": "23h59m59.5s"}})),
-			"vmacnodelease.macrack.io", "lease.floor")
 		Expect(t.Client.Patch(ctx, l.DeepCopy(), mergePatch(map[string]any{"spec": map[string]any{"minimumDuration": "25h0.5s"}}))).To(Succeed(),
 			"positive control: lengthening a bound lease, fraction and all, is admitted")
+		err = t.Client.Patch(ctx, l.DeepCopy(), mergePatch(map[string]any{"spec": map[string]any{"minimumDuration": "25h"}}))
+		harness.ExpectPolicyDenial(err, "lease.floor")
+		Expect(err.Error()).To(ContainSubstring("25h0.5s"), "the refusal names the minimum it would shrink")
 
 		want := bound.Add(25*time.Hour + time.Second)
 		Eventually(func() time.Time { return getLease(l).Status.EarliestReleaseAt.Time }).Should(BeTemporally("==", want),

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 )
 
@@ -51,6 +52,15 @@ var _ = BeforeSuite(func() {
 	Expect(env.ApplyYAML(ctx, "config/rbac/tenant_roles.yaml")).To(Succeed())
 	Expect(env.CreateImage(ctx, admin, "img", "60Gi")).To(Succeed())
 	op = startOperator()
+	// The API server loads the policies the operator applies
+	// asynchronously: wait until the floor bites before any case names
+	// the ValidatingAdmissionPolicy as the layer that refuses.
+	Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vap-probe"}})).To(Succeed())
+	Eventually(func() error {
+		return admin.Create(ctx, &leasingv1alpha1.MacNodeLease{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: "vap-probe"},
+			Spec:       leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: "none", MinimumDuration: "23h"}})
+	}).Should(MatchError(ContainSubstring("ValidatingAdmissionPolicy 'macrack-lease-floor'")))
 })
 
 var _ = AfterSuite(func() {
