@@ -25,6 +25,11 @@ const (
 )
 
 // MacNodeLeaseSpec asks for one whole chassis of a class.
+//
+// images is fixed once the lease is written. The rule sits on the spec, not
+// on images: a rule on a field runs only when both the old and the new value
+// exist, so one there would let a list be added or removed.
+// +kubebuilder:validation:XValidation:rule="self.?images.orValue([]) == oldSelf.?images.orValue([])",message="images is immutable: the chassis pulls them at bind",fieldPath=".images"
 type MacNodeLeaseSpec struct {
 	// nodeClassName names the MacNodeClass to lease.
 	// +required
@@ -51,7 +56,6 @@ type MacNodeLeaseSpec struct {
 	// holds it. They are read at bind, so they are immutable.
 	// +optional
 	// +listType=set
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="images is immutable: the chassis pulls them at bind"
 	// +kubebuilder:validation:MaxItems=8
 	// +kubebuilder:validation:items:MaxLength=253
 	Images []string `json:"images,omitempty"`

@@ -295,15 +295,15 @@ func (r *Instances) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 
 	img := &fleetv1alpha1.MacOSImage{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: inst.Spec.ImageName}, img); err != nil {
-		return ctrl.Result{RequeueAfter: r.Poll}, r.report(ctx, inst, computev1alpha1.VMFailed,
-			fmt.Sprintf("getting MacOSImage %s: %v", inst.Spec.ImageName, err), nil)
+		return ctrl.Result{RequeueAfter: r.Poll}, r.failed(ctx, log, inst,
+			fmt.Sprintf("getting MacOSImage %s: %v", inst.Spec.ImageName, err))
 	}
 	if st := r.Images.Ensure(img, false); st.Phase != fleetv1alpha1.ImageReady {
 		return ctrl.Result{RequeueAfter: cmp.Or(r.PullPoll, time.Second)}, r.reportPull(ctx, inst, img, st)
 	}
 	spec, err := r.spec(ctx, inst, img)
 	if err != nil {
-		return ctrl.Result{RequeueAfter: r.Poll}, r.report(ctx, inst, computev1alpha1.VMFailed, err.Error(), nil)
+		return ctrl.Result{RequeueAfter: r.Poll}, r.failed(ctx, log, inst, err.Error())
 	}
 	c, state, startErr, err := r.start(ctx, log, req, uid, spec)
 	if err != nil {
@@ -311,13 +311,33 @@ func (r *Instances) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	}
 	defer c.Close()
 	if startErr != nil {
-		return ctrl.Result{RequeueAfter: r.Poll}, r.report(ctx, inst, computev1alpha1.VMFailed, "start failed: "+startErr.Error(), nil)
+		return ctrl.Result{RequeueAfter: r.Poll}, r.failed(ctx, log, inst, "start failed: "+startErr.Error())
+	}
+	if vmPhase(state) == computev1alpha1.VMFailed {
+		return ctrl.Result{RequeueAfter: r.Poll}, r.failed(ctx, log, inst, fmt.Sprintf("the VM is in state %q", state))
 	}
 	var w guestWord
 	if state == driver.StateRunning {
 		w = r.tendGuest(ctx, log, c, inst)
 	}
 	return ctrl.Result{RequeueAfter: r.Poll}, r.reportGuest(ctx, inst, vmPhase(state), w.message, w)
+}
+
+// failed stops whatever of the instance still runs, its VM and its helper,
+// and only then reports it Failed: a VM never runs while its instance says
+// it does not, unaccounted for by the tenant and the chassis' inventory.
+// The next pass starts it afresh, should what failed mend.
+func (r *Instances) failed(ctx context.Context, log logr.Logger, inst *computev1alpha1.MacOSInstance, msg string) error {
+	uid := string(inst.UID)
+	if err := r.stop(ctx, uid); err != nil {
+		// The helpers could not be listed: removing this one, which is a
+		// no-op when it is absent, ends its VM all the same.
+		if rerr := r.Launcher.Remove(ctx, uid); rerr != nil {
+			return fmt.Errorf("stopping %s/%s before reporting it Failed (%s): %w", inst.Namespace, inst.Name, msg, errors.Join(err, rerr))
+		}
+	}
+	log.Info("The instance failed; none of it runs", "MacOSInstance", client.ObjectKeyFromObject(inst), "reason", msg)
+	return r.report(ctx, inst, computev1alpha1.VMFailed, msg, nil)
 }
 
 // start reaches the instance's helper, launching it if need be, and starts
@@ -833,6 +853,12 @@ func (r *Instances) refused(ctx context.Context, log logr.Logger, inst *computev
 		said = status.Status().Message
 	}
 	msg := fmt.Sprintf("the API server refused %s (%s): %s", what, rule, said)
+	if phase == computev1alpha1.VMFailed {
+		if ferr := r.failed(ctx, log, inst, msg); ferr != nil {
+			log.Error(ferr, "Reporting the refusal in status.runtime failed too")
+		}
+		return err
+	}
 	if rerr := r.report(ctx, inst, phase, msg, nil); rerr != nil {
 		log.Error(rerr, "Reporting the refusal in status.runtime failed too")
 	}

@@ -649,3 +649,38 @@ func TestTheWipeIsRecordedBeforeTheFinalizerComesOff(t *testing.T) {
 		t.Fatalf("wipedAt written at write %d, the finalizer removed at write %d: want the record first", recorded, released)
 	}
 }
+
+// An instance whose image is gone (its spec patched to a missing one, or
+// the image deleted) is reported Failed only once its VM and helper are
+// gone: a VM never runs while its instance says Failed.
+func TestAnInstanceReportedFailedRunsNothing(t *testing.T) {
+	rg := newRig(t, "ci-1", "ci-2")
+	rg.run("ci-1")
+	rg.run("ci-2") // positive control: it keeps running
+	ctx := context.Background()
+	inst := rg.instance("ci-1")
+	inst.Spec.ImageName = "missing"
+	if err := rg.c.Update(ctx, inst); err != nil {
+		t.Fatal(err)
+	}
+	if err := rg.reconcile("ci-1"); err != nil {
+		t.Fatalf("reconciling ci-1: %v", err)
+	}
+	rt := rg.instance("ci-1").Status.Runtime
+	if rt == nil || rt.Phase != computev1alpha1.VMFailed || !strings.Contains(rt.Message, "MacOSImage missing") {
+		t.Fatalf("ci-1's runtime is %+v, want Failed naming MacOSImage missing", rt)
+	}
+	running, err := rg.launcher.Running()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := running["uid-ci-1"]; ok {
+		t.Error("ci-1 is reported Failed, but its VM helper still runs")
+	}
+	if _, ok := running["uid-ci-2"]; !ok {
+		t.Error("ci-2, which did not fail, lost its VM")
+	}
+	if n, err := rg.kernel.Active(); err != nil || n != 1 {
+		t.Errorf("the sim kernel runs %d VMs (%v), want 1 (ci-2's)", n, err)
+	}
+}
