@@ -74,18 +74,37 @@ func sameSet(a, b []corev1.Taint) bool {
 	return true
 }
 
-// Labels returns labels with the tenant label set to tenant (removed when
-// empty); changed reports whether it differs.
-func Labels(labels map[string]string, tenant string) (out map[string]string, changed bool) {
-	out = make(map[string]string, len(labels)+1)
+// DesiredLabels is the macrack.io/ label set of a chassis' Node: its
+// serial and class, and the tenant while it is leased. The operator writes
+// every macrack.io/ label of a Node, from the MacNode; an agent writes none
+// (agent.scope), so a compromised one cannot pass for another chassis.
+func DesiredLabels(serial, class, tenant string) map[string]string {
+	l := map[string]string{SerialLabel: serial, ClassLabel: class}
+	if tenant != "" {
+		l[TenantLabel] = tenant
+	}
+	return l
+}
+
+// Labels returns labels with its macrack.io/ labels replaced by desired:
+// one that desired lacks is removed, and every other label is kept.
+// changed reports whether anything differs. labels is not modified.
+func Labels(labels, desired map[string]string) (out map[string]string, changed bool) {
+	out = make(map[string]string, len(labels)+len(desired))
 	for k, v := range labels {
+		if strings.HasPrefix(k, Prefix) {
+			if want, ok := desired[k]; !ok || want != v {
+				changed = true
+			}
+			continue
+		}
 		out[k] = v
 	}
-	old, had := out[TenantLabel]
-	if tenant == "" {
-		delete(out, TenantLabel)
-		return out, had
+	for k, v := range desired {
+		if have, ok := labels[k]; !ok || have != v {
+			changed = true
+		}
+		out[k] = v
 	}
-	out[TenantLabel] = tenant
-	return out, !had || old != tenant
+	return out, changed
 }

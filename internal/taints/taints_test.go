@@ -43,19 +43,29 @@ func TestApply(t *testing.T) {
 }
 
 func TestLabels(t *testing.T) {
-	in := map[string]string{SerialLabel: "C02"}
-	out, changed := Labels(in, "tenant-a")
-	if !changed || out[TenantLabel] != "tenant-a" || out[SerialLabel] != "C02" {
+	in := map[string]string{SerialLabel: "C02", "kubernetes.io/os": "darwin"}
+	out, changed := Labels(in, DesiredLabels("C02", "m4", "tenant-a"))
+	if !changed || out[TenantLabel] != "tenant-a" || out[SerialLabel] != "C02" || out[ClassLabel] != "m4" || out["kubernetes.io/os"] != "darwin" {
 		t.Fatalf("setting the tenant: %v %v", out, changed)
 	}
 	if _, has := in[TenantLabel]; has {
 		t.Fatal("the input map was modified")
 	}
-	if _, changed := Labels(out, "tenant-a"); changed {
-		t.Fatal("the same tenant is no change")
+	if _, changed := Labels(out, DesiredLabels("C02", "m4", "tenant-a")); changed {
+		t.Fatal("the same labels are no change")
 	}
-	out, changed = Labels(out, "")
+	out, changed = Labels(out, DesiredLabels("C02", "m4", ""))
 	if _, has := out[TenantLabel]; has || !changed {
 		t.Fatalf("clearing the tenant: %v %v", out, changed)
+	}
+	// A macrack.io/ label an agent wrote (another chassis' serial, a
+	// label of its own) is the operator's to correct.
+	forged := map[string]string{SerialLabel: "C02OTHER", ClassLabel: "m4", "macrack.io/extra": "x"}
+	out, changed = Labels(forged, DesiredLabels("C02", "m4", ""))
+	if !changed || out[SerialLabel] != "C02" || out["macrack.io/extra"] != "" {
+		t.Fatalf("correcting forged labels: %v %v", out, changed)
+	}
+	if _, has := out["macrack.io/extra"]; has {
+		t.Fatalf("an unknown macrack.io/ label stayed: %v", out)
 	}
 }

@@ -5,9 +5,9 @@
 #   each only on its own chassis, and never on tenancy. The agent of a node
 #   is the ServiceAccount agent-<node> there; any other identity of the
 #   namespace may write nothing. On its Node: created only with exactly the
-#   macrack.io/unleased taint among macrack.io/ taints and no tenant label;
-#   afterwards no change to macrack.io/ taints or the tenant label, and no
-#   delete. On its MacNode: only status.reported changes. On instances placed
+#   macrack.io/unleased taint among macrack.io/ taints and no macrack.io/
+#   label; afterwards no change to macrack.io/ taints or labels, and no
+#   delete: the operator writes every macrack.io/ label of a Node. On its MacNode: only status.reported changes. On instances placed
 #   on its node: only status.runtime and the macrack.io/disk-wipe finalizer
 #   change. Leases: only its own node Lease in kube-node-lease. Tokens: only
 #   for itself, for the API server's audiences, for at most 24 hours. Events:
@@ -93,15 +93,23 @@ node_registration_problems contains sprintf("must create its Node with exactly t
 	keys != {"macrack.io/unleased"}
 }
 
-node_registration_problems contains "may not set the macrack.io/tenant label" if {
-	object.get(lib.new, ["metadata", "labels", tenant_label], null) != null
+node_registration_problems contains sprintf("may not set macrack.io/ labels on its Node, not %s", [concat(", ", sort(keys))]) if {
+	keys := macrack_labels(lib.new)
+	count(keys) > 0
 }
 
 node_update_problems contains "may not change macrack.io/ taints on its Node" if lib.macrack_taints(lib.new) != lib.macrack_taints(lib.old)
 
-node_update_problems contains "may not change the macrack.io/tenant label on its Node" if lib.changed(["metadata", "labels", tenant_label])
+node_update_problems contains sprintf("may not change macrack.io/ labels on its Node, not %s", [concat(", ", sort(keys))]) if {
+	keys := {k |
+		some k in macrack_labels(lib.new) | macrack_labels(lib.old)
+		object.get(lib.new, ["metadata", "labels", k], null) != object.get(lib.old, ["metadata", "labels", k], null)
+	}
+	count(keys) > 0
+}
 
-tenant_label := "macrack.io/tenant"
+# macrack_labels are the keys of o's macrack.io/ labels.
+macrack_labels(o) := {k | some k, _ in object.get(o, ["metadata", "labels"], {}); startswith(k, "macrack.io/")}
 
 # MacNode: only status.reported of its own.
 

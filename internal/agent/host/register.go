@@ -13,11 +13,11 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 )
 
-// Labels and taints the agent sets when it creates its Node. The operator
-// owns macrack.io/ taints and the tenant label afterwards.
+// The taint the agent sets when it creates its Node. The operator owns
+// macrack.io/ taints afterwards, and every macrack.io/ label always: the
+// agent sets none (agent.scope refuses them), so that a compromised agent
+// cannot label its Node as another chassis.
 const (
-	SerialLabel = fleetv1alpha1.SerialLabel
-	ClassLabel  = fleetv1alpha1.ClassLabel
 	UnleasedKey = fleetv1alpha1.UnleasedTaint
 	// VMResource is the Node's capacity in macOS VMs: the class's
 	// vmCapacity, never above the kernel's two.
@@ -46,9 +46,7 @@ func Register(ctx context.Context, c client.Client, nodeName string) (*fleetv1al
 	switch {
 	case apierrors.IsNotFound(err):
 		node = &corev1.Node{
-			ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{
-				SerialLabel: mn.Spec.Serial, ClassLabel: mn.Spec.NodeClassName,
-			}},
+			ObjectMeta: metav1.ObjectMeta{Name: nodeName},
 			Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: UnleasedKey, Effect: corev1.TaintEffectNoSchedule}}},
 			Status: corev1.NodeStatus{
 				Capacity:    corev1.ResourceList{VMResource: capacity},

@@ -13,8 +13,9 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/taints"
 )
 
-// reconcileNode keeps the Node's macrack.io/ taints and tenant label as the
-// binding and the quarantine say, and touches nothing else on it.
+// reconcileNode keeps the Node's macrack.io/ taints and labels as the
+// MacNode, its binding and the quarantine say, and touches nothing else on
+// it: the operator writes every macrack.io/ label of a Node.
 func (r *Reconciler) reconcileNode(ctx context.Context, s *scope) error {
 	n := &corev1.Node{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: s.node.Name}, n); err != nil {
@@ -35,7 +36,7 @@ func (r *Reconciler) reconcileNode(ctx context.Context, s *scope) error {
 	updated := n.DeepCopy()
 	var taintsChanged, labelsChanged bool
 	updated.Spec.Taints, taintsChanged = taints.Apply(n.Spec.Taints, desired)
-	updated.Labels, labelsChanged = taints.Labels(n.Labels, tenant)
+	updated.Labels, labelsChanged = taints.Labels(n.Labels, taints.DesiredLabels(s.node.Spec.Serial, s.node.Spec.NodeClassName, tenant))
 	if taintsChanged || labelsChanged {
 		// Taints first: the Ready patch below changes the resourceVersion
 		// this optimistic lock was read at.
