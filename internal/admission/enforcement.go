@@ -20,6 +20,7 @@ var WebhookEnforcement = []enforcement.Point{
 	webhookPoint("quarantine.fence", "test/envtest/leases/reject_table_test.go", "refuses a new instance with quarantine.fence while its chassis is Quarantined, and admits the same instance once the chassis is healthy"),
 	webhookPoint("quarantine.fence", "internal/admission/validator_test.go", "TestEachRuleAtTheWebhookAlone/quarantine.fence"),
 	webhookPoint("audit.finalizer", "internal/admission/validator_test.go", "TestEachRuleAtTheWebhookAlone/audit.finalizer"),
+	webhookPoint("tenancy.class", "internal/admission/validator_test.go", "TestEachRuleAtTheWebhookAlone/tenancy.class"),
 }
 
 func webhookPoint(rule, file, test string) enforcement.Point {

@@ -191,6 +191,10 @@ func TestEachRuleAtTheWebhookAlone(t *testing.T) {
 			"metadata": map[string]any{"name": "ci-2", "namespace": "t"},
 			"spec":     map[string]any{"leaseName": lease, "imageName": "sequoia", "cpu": int64(4), "memory": "8Gi", "disk": "200Gi"}}
 	}
+	reclassed := func(n map[string]any) map[string]any {
+		n["spec"].(map[string]any)["nodeClassName"] = "m5"
+		return n
+	}
 	agentA := "system:serviceaccount:macrack-agents:agent-c02a"
 	reported := map[string]any{"reported": map[string]any{"chip": "M4"}}
 
@@ -226,6 +230,10 @@ func TestEachRuleAtTheWebhookAlone(t *testing.T) {
 			review(t, admissionv1.Update, macNode, "status", agentA, node("c02b", reported), node("c02b", nil)),
 			review(t, admissionv1.Update, macNode, "status", agentA, node("c02a", reported), node("c02a", nil)),
 			http.StatusForbidden, nil},
+		{"tenancy.class",
+			review(t, admissionv1.Update, macNode, "", "admin", reclassed(node("c02a", binding("a"))), node("c02a", binding("a"))),
+			review(t, admissionv1.Update, macNode, "", "admin", reclassed(node("c02a", nil)), node("c02a", nil)),
+			http.StatusUnprocessableEntity, nil},
 		{"audit.finalizer",
 			review(t, admissionv1.Update, instance, "", "alice", inst("200Gi"), inst("200Gi", fleetv1alpha1.AuditFinalizer)),
 			review(t, admissionv1.Update, instance, "", "operator", inst("200Gi"), inst("200Gi", fleetv1alpha1.AuditFinalizer)),

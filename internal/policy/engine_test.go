@@ -255,7 +255,7 @@ func TestEveryCELTwinIsADeployablePolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{"lease.floor": true, "node.commercial": true, "quota.never-circumvent": true, "agent.scope": true, "instance.wipe": true, "audit.finalizer": true, "pod.shape": true}
+	want := map[string]bool{"lease.floor": true, "node.commercial": true, "quota.never-circumvent": true, "agent.scope": true, "instance.wipe": true, "audit.finalizer": true, "pod.shape": true, "tenancy.class": true}
 	for _, ap := range aps {
 		if !want[ap.Rule] {
 			t.Errorf("unexpected VAP for %s", ap.Rule)
