@@ -47,7 +47,7 @@ func Register(ctx context.Context, c client.Client, nodeName string) (*fleetv1al
 	case apierrors.IsNotFound(err):
 		node = &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: nodeName},
-			Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: UnleasedKey, Effect: corev1.TaintEffectNoSchedule}}},
+			Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: UnleasedKey, Effect: corev1.TaintEffectNoSchedule}}},
 			Status: corev1.NodeStatus{
 				Capacity:    corev1.ResourceList{VMResource: capacity},
 				Allocatable: corev1.ResourceList{VMResource: capacity},
