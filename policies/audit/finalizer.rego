@@ -1,16 +1,18 @@
 # METADATA
 # title: audit.finalizer
 # description: |
-#   A released lease, or a deleted instance, stays until its last audit
-#   records are exported: nobody but the operator removes the
-#   macrack.io/audit finalizer, at any time. A tenant who could would skip
-#   their own billing records. (lease.release guards a lease's finalizers
-#   only until earliestReleaseAt.)
+#   A released lease, or a deleted instance, MacNode or MacOSImage, stays
+#   until its last audit records are exported: nobody but the operator
+#   removes the macrack.io/audit finalizer, at any time. A tenant who could
+#   would skip their own billing records. (lease.release guards a lease's
+#   finalizers only until earliestReleaseAt.)
 # custom:
 #   id: audit.finalizer
 #   kinds:
 #   - leasing.macrack.io/MacNodeLease
 #   - compute.macrack.io/MacOSInstance
+#   - fleet.macrack.io/MacNode
+#   - fleet.macrack.io/MacOSImage
 #   engines: [rego, cel]
 #   params:
 #   - operatorUsername: the operator's own identity
@@ -23,7 +25,7 @@ code := "audit.finalizer"
 audit_finalizer := "macrack.io/audit"
 
 violations contains {"code": code, "message": msg} if {
-	input.request.kind.kind in {"MacNodeLease", "MacOSInstance"}
+	input.request.kind.kind in {"MacNodeLease", "MacOSInstance", "MacNode", "MacOSImage"}
 	input.request.operation == "UPDATE"
 	audit_finalizer in lib.removed_finalizers
 	not lib.is_operator

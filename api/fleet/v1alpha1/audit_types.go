@@ -8,8 +8,8 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // and advances the object's exportedSequence. A record therefore lives in the
 // API until a sink has acknowledged it.
 const (
-	// AuditFinalizer keeps a released lease, or a deleted instance, until
-	// its final audit records are acknowledged. Only the operator removes it
+	// AuditFinalizer keeps a released lease, or a deleted instance,
+	// chassis or image, until its final audit records are acknowledged. Only the operator removes it
 	// (rule audit.finalizer).
 	AuditFinalizer = "macrack.io/audit"
 

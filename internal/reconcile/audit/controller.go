@@ -3,7 +3,8 @@
 // object's unexported records to the sink and, once the sink acknowledges
 // them, advances the object's status.audit.exportedSequence: the record of
 // a transition lives in its object until it is exported. The audit
-// finalizer holds a deleted lease or instance until its last record is out.
+// finalizer holds a deleted object of any of these kinds until its last
+// record is out.
 // A failing sink closes a gate for a backoff on the injected clock; a
 // retrier reopens it and enqueues everyone who waited.
 package audit
@@ -40,10 +41,12 @@ import (
 // +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances/status,verbs=patch
 // +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances/finalizers,verbs=update
-// +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodes/status,verbs=patch
-// +kubebuilder:rbac:groups=fleet.macrack.io,resources=macosimages,verbs=get;list;watch
+// +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodes/finalizers,verbs=update
+// +kubebuilder:rbac:groups=fleet.macrack.io,resources=macosimages,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=fleet.macrack.io,resources=macosimages/status,verbs=patch
+// +kubebuilder:rbac:groups=fleet.macrack.io,resources=macosimages/finalizers,verbs=update
 
 // Exporter exports every journaled kind, and the denials' buffer.
 type Exporter struct {

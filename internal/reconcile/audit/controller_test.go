@@ -57,6 +57,7 @@ func exporterFor(t *testing.T, s *sink, clk *clocktesting.FakeClock, objs ...cli
 	t.Helper()
 	scheme := runtime.NewScheme()
 	_ = leasingv1alpha1.AddToScheme(scheme)
+	_ = fleetv1alpha1.AddToScheme(scheme)
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(objs...).Build()
 	e := &Exporter{Client: c, Clock: clk, Sink: s, Origin: audit.Origin{Cluster: "test"}, Metrics: NewMetrics()}
 	e.gate = newGate(clk)
@@ -235,5 +236,72 @@ func TestAReleasedLeaseGoesWithoutItsLastCursorWrite(t *testing.T) {
 		if err := c.Get(context.Background(), req.NamespacedName, got); err == nil {
 			t.Fatalf("restart %v: the lease stays with finalizers %v after its last record", restart, got.Finalizers)
 		}
+	}
+}
+
+// A MacNode and a MacOSImage carry the audit finalizer as leases and
+// instances do: deleting one waits, with the sink down, until its records
+// are out, then the deleted record goes last and the object with it.
+func TestADeletedChassisOrImageGoesOnlyOnceItsRecordsAreOut(t *testing.T) {
+	now := time.Date(2026, 6, 3, 12, 0, 0, 0, time.UTC)
+	mn := &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: "c02a", UID: "n-1"},
+		Spec: fleetv1alpha1.MacNodeSpec{Serial: "C02A", NodeClassName: "m4"}}
+	mn.Status.Phase = fleetv1alpha1.MacNodeReady
+	audit.JournalChassis(&fleetv1alpha1.MacNodeStatus{}, mn, now)
+	img := &fleetv1alpha1.MacOSImage{ObjectMeta: metav1.ObjectMeta{Name: "sequoia", UID: "i-1"},
+		Spec: fleetv1alpha1.MacOSImageSpec{Source: "r.example/s@sha256:00"}}
+	img.Status.Resolved = &fleetv1alpha1.ResolvedImage{Digest: "sha256:00", MacOSVersion: "15.5"}
+	audit.JournalImage(&fleetv1alpha1.MacOSImageStatus{}, img, now)
+
+	for _, tc := range []struct {
+		kind string
+		obj  client.Object
+	}{{fleetv1alpha1.AuditKindChassis, mn}, {fleetv1alpha1.AuditKindImage, img}} {
+		t.Run(tc.kind, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(now)
+			s := &sink{down: true}
+			e, _, c := exporterFor(t, s, clk, tc.obj.DeepCopyObject().(client.Object))
+			var r *kindReconciler
+			for _, k := range e.kinds {
+				if k.name == tc.kind {
+					r = &kindReconciler{e: e, k: k}
+				}
+			}
+			ctx := context.Background()
+			req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(tc.obj)}
+			if _, err := r.Reconcile(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			got := tc.obj.DeepCopyObject().(client.Object)
+			if err := c.Get(ctx, req.NamespacedName, got); err != nil || !slices.Contains(got.GetFinalizers(), fleetv1alpha1.AuditFinalizer) {
+				t.Fatalf("finalizers %v (%v), want the audit finalizer", got.GetFinalizers(), err)
+			}
+			// An administrator deletes it while the sink is down: it stays.
+			if err := c.Delete(ctx, got); err != nil {
+				t.Fatal(err)
+			}
+			clk.Step(minBackoff)
+			if _, err := r.Reconcile(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+				t.Fatalf("the %s went with its records unexported: %v", tc.kind, err)
+			}
+			// The sink is back: the records, then the deleted record, then
+			// the object goes.
+			s.down = false
+			clk.Step(time.Minute)
+			for range 3 {
+				if _, err := r.Reconcile(ctx, req); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if len(s.ids) < 2 || s.ids[0] != tc.kind+"/"+string(tc.obj.GetUID())+"/1" || s.ids[len(s.ids)-1] != audit.DeletedID(tc.kind, string(tc.obj.GetUID())) {
+				t.Fatalf("published %v, want its records then its deleted record", s.ids)
+			}
+			if err := c.Get(ctx, req.NamespacedName, got); err == nil {
+				t.Fatalf("the %s stays with finalizers %v after its last record", tc.kind, got.GetFinalizers())
+			}
+		})
 	}
 }

@@ -18,8 +18,9 @@ type kind struct {
 	newObject  func() client.Object
 	newList    func() client.ObjectList
 	journal    func(client.Object) **fleetv1alpha1.AuditJournal
-	// finalized kinds carry the audit finalizer: they are namespaced, a
-	// tenant deletes them, and their last records must not go with them.
+	// finalized kinds carry the audit finalizer: whoever deletes one (a
+	// tenant its lease or instance, an administrator a chassis or an
+	// image), its last records must not go with it.
 	finalized bool
 	// observed kinds are journaled by the exporter itself (an instance,
 	// whose transitions two parties write).
@@ -75,13 +76,13 @@ func kinds() []*kind {
 			},
 		},
 		{
-			name: fleetv1alpha1.AuditKindChassis, controller: "macrack-node",
+			name: fleetv1alpha1.AuditKindChassis, controller: "macrack-node", finalized: true,
 			newObject: func() client.Object { return &fleetv1alpha1.MacNode{} },
 			newList:   func() client.ObjectList { return &fleetv1alpha1.MacNodeList{} },
 			journal:   func(o client.Object) **fleetv1alpha1.AuditJournal { return &o.(*fleetv1alpha1.MacNode).Status.Audit },
 		},
 		{
-			name: fleetv1alpha1.AuditKindImage, controller: "macrack-image",
+			name: fleetv1alpha1.AuditKindImage, controller: "macrack-image", finalized: true,
 			newObject: func() client.Object { return &fleetv1alpha1.MacOSImage{} },
 			newList:   func() client.ObjectList { return &fleetv1alpha1.MacOSImageList{} },
 			journal:   func(o client.Object) **fleetv1alpha1.AuditJournal { return &o.(*fleetv1alpha1.MacOSImage).Status.Audit },
