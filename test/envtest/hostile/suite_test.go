@@ -31,6 +31,8 @@ var (
 	kcm   *harness.ControllerManager
 	admin client.Client
 	ctx   = context.Background()
+	// stream is the operator's audit sink.
+	stream = &recordingSink{}
 )
 
 func TestHostile(t *testing.T) {
@@ -75,7 +77,7 @@ var _ = AfterSuite(func() {
 func startOperator() *harness.Operator {
 	GinkgoHelper()
 	o, err := env.StartOperator(harness.OperatorOptions{
-		Start: time.Now(), Webhooks: true, ApplyAdmissionPolicies: true, MaxConcurrentReconciles: 2,
+		Start: time.Now(), Webhooks: true, ApplyAdmissionPolicies: true, MaxConcurrentReconciles: 2, AuditSink: stream,
 		Log: zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)),
 	})
 	Expect(err).NotTo(HaveOccurred())
