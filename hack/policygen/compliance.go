@@ -67,12 +67,16 @@ func writeComplianceDoc(root string, e *policy.Engine, cases []vectors.Case) err
 	if err := checkRegistry(root, e, cases, points); err != nil {
 		return fmt.Errorf("the enforcement registry does not hold:\n%w", err)
 	}
+	hostile, err := hostileCases(root)
+	if err != nil {
+		return fmt.Errorf("the hostile table: %w", err)
+	}
 	t, err := template.New("compliance").Parse(complianceTemplate)
 	if err != nil {
 		return err
 	}
 	var b bytes.Buffer
-	if err := t.Execute(&b, map[string]any{"Revision": e.Revision(), "Rules": rules, "Matrix": renderMatrix(e.Rules(), points)}); err != nil {
+	if err := t.Execute(&b, map[string]any{"Revision": e.Revision(), "Rules": rules, "Matrix": renderMatrix(e.Rules(), points), "Hostile": hostile, "HostileGlob": hostileGlob}); err != nil {
 		return err
 	}
 	return write(filepath.Join(root, "docs", "compliance.md"), b.Bytes())

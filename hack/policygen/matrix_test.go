@@ -178,3 +178,62 @@ func TestAnInventedPointFails(t *testing.T) {
 		}
 	}
 }
+
+// The hostile table in docs/compliance.md lists every case of the review
+// rounds' hostile files, and nothing else: a case added, renamed or
+// removed without `make generate` fails here.
+func TestTheHostileTableListsEveryCase(t *testing.T) {
+	cases, err := hostileCases(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cases) == 0 {
+		t.Fatalf("no hostile case in %s", hostileGlob)
+	}
+	page, err := os.ReadFile(filepath.Join(root, "docs", "compliance.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	in := false
+	for _, line := range strings.Split(string(page), "\n") {
+		switch {
+		case strings.HasPrefix(line, "| attack |"):
+			in = true
+		case in && strings.HasPrefix(line, "|---"):
+		case in && strings.HasPrefix(line, "| "):
+			rows = append(rows, line)
+		case in:
+			in = false
+		}
+	}
+	var want []string
+	for _, c := range cases {
+		want = append(want, "| "+c.Attack+" | "+c.Outcome+" | [`"+c.File+"`](../"+c.File+") |")
+	}
+	if !slices.Equal(rows, want) {
+		t.Fatalf("docs/compliance.md's hostile table is stale: run `make generate`.\nhas:\n%s\nwant:\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestAHostileCaseMustSayWhatRefusesIt(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, filepath.FromSlash(hostileGlob))
+	f = strings.Replace(f, "round3_*_test.go", "round3_x_test.go", 1)
+	if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f, []byte("package hostile\nvar _ = It(\"a tenant does something\", func() {})\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hostileCases(dir); err == nil || !strings.Contains(err.Error(), "does not read") {
+		t.Fatalf("an It without its outcome: %v", err)
+	}
+	if err := os.WriteFile(f, []byte("package hostile\nvar _ = It(\"a tenant does something: refused by RBAC\", func() {})\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := hostileCases(dir)
+	if err != nil || len(got) != 1 || got[0].Attack != "a tenant does something" || got[0].Outcome != "refused by RBAC" {
+		t.Fatalf("got %+v, %v", got, err)
+	}
+}

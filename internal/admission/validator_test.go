@@ -134,7 +134,7 @@ func review(t *testing.T, op admissionv1.Operation, kind metav1.GroupVersionKind
 // TestEachRuleAtTheWebhookAlone: the handler, with the bundle and the
 // cluster state its caches would hold, refuses each rule's violation with
 // the rule's code, and admits the same write made legal beside it.
-// Proves: tenancy.serial, node.commercial, quota.never-circumvent, instance.image, instance.wipe, agent.scope, quarantine.fence, audit.finalizer
+// Proves: tenancy.serial, tenancy.class, node.commercial, quota.never-circumvent, instance.image, instance.wipe, agent.scope, quarantine.fence, audit.finalizer
 func TestEachRuleAtTheWebhookAlone(t *testing.T) {
 	v := validator(t)
 	s := runtime.NewScheme()

@@ -7,15 +7,17 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 )
 
-// MacOSInstanceSpec is one macOS VM inside the tenant's lease.
-//
 // The spec is immutable once created: the agent placed, cloned and sized
 // the VM from it, and the chassis' inventory counts it as written. The rule
 // names each field rather than comparing the whole spec, so that a future
-// spec.access (the tenant's keys) may change; TestEverySpecFieldIsImmutable
-// fails when a field is added without being named here.
+// spec.access (the tenant's keys) may change; the schema suite's test
+// "refuses a change to every spec field" fails when a field is added
+// without being named here.
 // +kubebuilder:validation:XValidation:rule="self.leaseName == oldSelf.leaseName && self.imageName == oldSelf.imageName && self.cpu == oldSelf.cpu && self.memory == oldSelf.memory && self.disk == oldSelf.disk",message="spec is immutable once created (leaseName, imageName, cpu, memory and disk)"
 // +kubebuilder:validation:XValidation:rule="has(self.guestConfig) == has(oldSelf.guestConfig) && (!has(self.guestConfig) || self.guestConfig == oldSelf.guestConfig)",message="guestConfig is set at creation and never changed"
+
+// MacOSInstanceSpec is one macOS VM inside the tenant's lease. It is
+// immutable once created.
 type MacOSInstanceSpec struct {
 	// leaseName names the MacNodeLease, in this namespace, that the VM runs in.
 	// +required

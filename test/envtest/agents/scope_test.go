@@ -188,10 +188,10 @@ var _ = Describe("agent.scope", Ordered, func() {
 		It("may not update an instance on node B", func() {
 			harness.ExpectPolicyDenial(statusPatch(a, instB, map[string]any{"status": map[string]any{"runtime": map[string]any{"phase": "Running"}}}), "agent.scope")
 		})
-		It("may not change the spec of its own instance", func() {
+		It("may not change the labels of its own instance (its spec the schema fixes for everyone)", func() {
 			i := &computev1alpha1.MacOSInstance{}
 			Expect(a.Get(ctx, client.ObjectKeyFromObject(instA), i)).To(Succeed())
-			i.Spec.CPU = 8
+			i.Labels = map[string]string{"example.com/owner": "agent"}
 			harness.ExpectPolicyDenial(a.Update(ctx, i), "agent.scope")
 		})
 	})

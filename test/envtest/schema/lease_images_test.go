@@ -39,6 +39,22 @@ var _ = Describe("MacNodeLease.spec.images", func() {
 		err := k8s.Update(ctx, changed)
 		expectSchemaRefusal(err, "spec.images", metav1.CauseTypeFieldValueInvalid, "images is immutable")
 		// Positive control: the same object with a longer minimum duration.
+		By("adding or removing the list is refused too: the rule sits on the spec")
+		for _, images := range [][]string{nil, {}} {
+			removed := u.DeepCopy()
+			if images == nil {
+				unstructured.RemoveNestedField(removed.Object, "spec", "images")
+			} else {
+				Expect(unstructured.SetNestedStringSlice(removed.Object, images, "spec", "images")).To(Succeed())
+			}
+			expectSchemaRefusal(k8s.Update(ctx, removed), "spec.images", metav1.CauseTypeFieldValueInvalid, "images is immutable")
+		}
+		none := lease(ns, "unbooked")
+		unstructured.RemoveNestedField(none.Object, "spec", "images")
+		Expect(k8s.Create(ctx, none)).To(Succeed())
+		added := none.DeepCopy()
+		Expect(unstructured.SetNestedStringSlice(added.Object, []string{"sequoia"}, "spec", "images")).To(Succeed())
+		expectSchemaRefusal(k8s.Update(ctx, added), "spec.images", metav1.CauseTypeFieldValueInvalid, "images is immutable")
 		longer := u.DeepCopy()
 		Expect(unstructured.SetNestedField(longer.Object, "48h", "spec", "minimumDuration")).To(Succeed())
 		Expect(k8s.Update(ctx, longer)).To(Succeed())

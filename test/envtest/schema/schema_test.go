@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -19,6 +20,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 )
 
@@ -295,11 +297,39 @@ var _ = Describe("The schema", func() {
 		It("refuses a changed leaseName", Label("proves:instance.tenant"), func() {
 			i := instance(ns, "moved", nil)
 			Expect(k8s.Create(ctx, i)).To(Succeed())
-			Expect(unstructured.SetNestedField(i.Object, "16Gi", "spec", "memory")).To(Succeed())
-			Expect(k8s.Update(ctx, i)).To(Succeed(), "positive control: another field changes")
+			i.SetLabels(map[string]string{"team": "ios"})
+			Expect(k8s.Update(ctx, i)).To(Succeed(), "positive control: its labels change")
 			Expect(unstructured.SetNestedField(i.Object, "l2", "spec", "leaseName")).To(Succeed())
 			err := k8s.Update(ctx, i)
 			expectSchemaRefusal(err, "spec.leaseName", metav1.CauseTypeFieldValueInvalid, "leaseName is immutable")
+		})
+	})
+
+	Context("MacOSInstance.spec", func() {
+		// Every field of the spec, with a value the schema admits on a new
+		// instance. A field added to the spec and not to the immutability
+		// rule (only a future spec.access may change) fails here.
+		changes := map[string]any{"leaseName": "l2", "imageName": "other", "cpu": int64(64), "memory": "4Ti", "disk": "1Ki",
+			"guestConfig": map[string]any{"keyID": "0123456789abcdef", "sealed": "AAAA"}}
+		It("refuses a change to every spec field", func() {
+			for _, f := range reflect.VisibleFields(reflect.TypeFor[computev1alpha1.MacOSInstanceSpec]()) {
+				name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+				Expect(changes).To(HaveKey(name), "spec.%s is new: name it in the immutability rule, and here", name)
+			}
+			for field, value := range changes {
+				i := instance(ns, "fixed-"+strings.ToLower(field), nil)
+				Expect(k8s.Create(ctx, i)).To(Succeed())
+				changed := i.DeepCopy()
+				Expect(unstructured.SetNestedField(changed.Object, value, "spec", field)).To(Succeed())
+				err := k8s.Update(ctx, changed)
+				Expect(err).To(HaveOccurred(), "spec.%s changed", field)
+				Expect(apierrors.IsInvalid(err)).To(BeTrue(), "spec.%s: want the schema's 422, got %v", field, err)
+				Expect(err.Error()).To(Or(ContainSubstring("spec is immutable once created"), ContainSubstring("guestConfig is set at creation"),
+					ContainSubstring("leaseName is immutable")), "spec.%s", field)
+				By("positive control: the same instance's labels change")
+				i.SetLabels(map[string]string{"team": "ios"})
+				Expect(k8s.Update(ctx, i)).To(Succeed())
+			}
 		})
 	})
 
