@@ -27,7 +27,7 @@ const (
 // images is fixed once the lease is written. The rule sits on the spec, not
 // on images: a rule on a field runs only when both the old and the new value
 // exist, so one there would let a list be added or removed.
-// +kubebuilder:validation:XValidation:rule="self.?images.orValue([]) == oldSelf.?images.orValue([])",message="images is immutable: the chassis pulls them at bind",fieldPath=".images"
+// +kubebuilder:validation:XValidation:rule="has(self.images) == has(oldSelf.images) && (!has(self.images) || self.images == oldSelf.images)",message="images is immutable: the chassis pulls them at bind",fieldPath=".images"
 
 // MacNodeLeaseSpec asks for one whole chassis of a class.
 type MacNodeLeaseSpec struct {
