@@ -104,18 +104,19 @@ var _ = Describe("round 3: the floor and the held lease", Ordered, ContinueOnFai
 		releaseChassis(t, l)
 	})
 
-	for _, minimum := range []string{"24h0.5s", "86400.25s", "1440m0.001s", "24h0m0.000000001s"} {
-		It("a tenant creates a "+minimum+" lease: it binds until the next whole second", func() {
+	It("a tenant creates leases of 24h0.5s, 86400.25s, 1440m0.001s and 24h0m0.000000001s: each binds until the next whole second", func() {
+		for _, minimum := range []string{"24h0.5s", "86400.25s", "1440m0.001s", "24h0m0.000000001s"} {
+			By(minimum)
 			t, err := env.NewTenant(ctx, "fraction")
 			Expect(err).NotTo(HaveOccurred())
 			l := bindLease(t, minimum)
 			Expect(l.Status.EarliestReleaseAt.Sub(l.Status.BoundAt.Time)).To(Equal(24*time.Hour+time.Second),
-				"earliestReleaseAt is minimumDuration after boundAt, rounded up to the whole second")
+				"earliestReleaseAt is %s after boundAt, rounded up to the whole second", minimum)
 			Expect(macNode(a.node).Status.Binding.EarliestReleaseAt.Time).To(BeTemporally("==", l.Status.EarliestReleaseAt.Time))
 			noRecordedRefusal(l)
 			releaseChassis(t, l)
-		})
-	}
+		}
+	})
 
 	It("a tenant creates a 86399.999s lease: refused by the ValidatingAdmissionPolicy lease.floor", func() {
 		t, err := env.NewTenant(ctx, "short")
