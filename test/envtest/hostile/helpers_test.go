@@ -2,12 +2,14 @@ package hostile
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -86,25 +88,48 @@ func leaseOne(class string) leasedChassis {
 	return leasedChassis{tenant: t, lease: l, inst: inst}
 }
 
+// patchFinalizers sets inst's finalizers, as c, to those it holds now
+// less remove, plus add: a merge patch replaces the whole list, and the list
+// is others' too (the operator's macrack.io/audit), so it is locked on the
+// resourceVersion read, and read again on a conflict, as clients do.
+func patchFinalizers(c client.Client, inst *computev1alpha1.MacOSInstance, add []string, remove ...string) error {
+	GinkgoHelper()
+	for {
+		Expect(admin.Get(ctx, client.ObjectKeyFromObject(inst), inst)).To(Succeed())
+		finalizers := []any{}
+		for _, f := range inst.Finalizers {
+			if !slices.Contains(remove, f) {
+				finalizers = append(finalizers, f)
+			}
+		}
+		for _, f := range add {
+			if !slices.Contains(inst.Finalizers, f) {
+				finalizers = append(finalizers, f)
+			}
+		}
+		err := c.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
+			"resourceVersion": inst.ResourceVersion, "finalizers": finalizers}}))
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+}
+
 // takeInHand adds the agent's macrack.io/disk-wipe finalizer to inst, as
 // e's agent does when the instance is placed on its chassis.
 func takeInHand(e enrolled, inst *computev1alpha1.MacOSInstance) {
 	GinkgoHelper()
-	Expect(e.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{
-		"finalizers": []any{fleetv1alpha1.DiskWipeFinalizer}}}))).To(Succeed(), "positive control: the agent takes the instance in hand")
+	Expect(patchFinalizers(e.client, inst, []string{fleetv1alpha1.DiskWipeFinalizer})).To(Succeed(),
+		"positive control: the agent takes the instance in hand")
 }
 
 // wipeAndLetGo does as e's agent does after a wipe: it records the wipe in
-// status.runtime.wipedAt, then leaves inst only the finalizers keep.
-func wipeAndLetGo(e enrolled, inst *computev1alpha1.MacOSInstance, keep ...string) {
+// status.runtime.wipedAt, then removes its macrack.io/disk-wipe finalizer.
+func wipeAndLetGo(e enrolled, inst *computev1alpha1.MacOSInstance) {
 	GinkgoHelper()
 	Expect(e.client.Status().Patch(ctx, inst, mergePatch(map[string]any{"status": map[string]any{
 		"runtime": map[string]any{"phase": string(computev1alpha1.VMStopped), "wipedAt": time.Now().UTC().Format(time.RFC3339)}}}))).To(Succeed())
-	finalizers := []any{}
-	for _, f := range keep {
-		finalizers = append(finalizers, f)
-	}
-	Expect(e.client.Patch(ctx, inst, mergePatch(map[string]any{"metadata": map[string]any{"finalizers": finalizers}}))).To(Succeed())
+	Expect(patchFinalizers(e.client, inst, nil, fleetv1alpha1.DiskWipeFinalizer)).To(Succeed())
 }
 
 func macNode(name string) *fleetv1alpha1.MacNode {
