@@ -44,9 +44,9 @@ type vector struct {
 	// comes after. Some old states arise only in that order (a tenant
 	// lengthens a lease after the operator wrote its times), and the
 	// policies refuse the status write the other way round.
-	StoredAs  map[string]any `json:"storedAs,omitempty"`
-	Input     map[string]any `json:"input"`
-	Expect    []string       `json:"expect"`
+	StoredAs map[string]any `json:"storedAs,omitempty"`
+	Input    map[string]any `json:"input"`
+	Expect   []string       `json:"expect"`
 	// Says lists text each engine's denial message must contain, so that
 	// twins that agree on the code for different reasons are caught.
 	Says []string `json:"says,omitempty"`
@@ -112,11 +112,11 @@ func Load(fsys fs.FS) ([]Case, error) {
 			slices.Sort(expect)
 			cases = append(cases, Case{
 				Rule: f.Rule, Name: v.Name, File: path.Base(p), Index: i,
-				Expect: slices.Compact(expect),
-				Says:   v.Says,
+				Expect:   slices.Compact(expect),
+				Says:     v.Says,
 				Replay:   v.APIServer != "skip",
 				StoredAs: v.StoredAs,
-				Raw:    wholeNumbers(merge(f.Defaults, v.Input)).(map[string]any),
+				Raw:      wholeNumbers(merge(f.Defaults, v.Input)).(map[string]any),
 			})
 		}
 	}
