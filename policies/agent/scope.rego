@@ -102,7 +102,7 @@ node_update_problems contains "may not change macrack.io/ taints on its Node" if
 
 node_update_problems contains sprintf("may not change macrack.io/ labels on its Node, not %s", [concat(", ", sort(keys))]) if {
 	keys := {k |
-		some k in macrack_labels(lib.new) | macrack_labels(lib.old)
+		some k in (macrack_labels(lib.new) | macrack_labels(lib.old))
 		object.get(lib.new, ["metadata", "labels", k], null) != object.get(lib.old, ["metadata", "labels", k], null)
 	}
 	count(keys) > 0
