@@ -10,6 +10,7 @@ var WebhookEnforcement = []enforcement.Point{
 	webhookPoint("lease.floor", "test/envtest/leases/reject_table_test.go", "refuses a 23h lease with lease.floor, admits 24h, and defaults an unset duration to 24h"),
 	webhookPoint("lease.release", "test/envtest/leases/reject_table_test.go", "gives Held: the chassis keeps the tenant, takes no one else, and the tenant cannot pull the finalizer"),
 	webhookPoint("instance.cap", "test/envtest/leases/reject_table_test.go", "refuses a third live instance with instance.cap, counting a Stopping one, and admits it once one has Stopped"),
+	webhookPoint("instance.cap", "test/envtest/exactcap/exactcap_test.go", "admits exactly 2 of 50 parallel creates on one lease of a 2-VM class, through two webhook replicas, and refuses every other with instance.cap"),
 	webhookPoint("instance.tenant", "test/envtest/leases/reject_table_test.go", "binds only a chassis of its own, cannot start instances in a Held lease, and cannot write status"),
 	webhookPoint("tenancy.serial", "internal/admission/validator_test.go", "TestEachRuleAtTheWebhookAlone/tenancy.serial"),
 	webhookPoint("node.commercial", "internal/admission/validator_test.go", "TestEachRuleAtTheWebhookAlone/node.commercial"),

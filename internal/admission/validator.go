@@ -28,7 +28,7 @@ import (
 const ValidatePath = "/validate-macrack"
 
 // +kubebuilder:webhook:path=/validate-macrack,mutating=false,failurePolicy=fail,sideEffects=None,groups=leasing.macrack.io,resources=macnodeleases;macnodeleases/status,verbs=create;update;delete,versions=v1alpha1,name=vmacnodelease.macrack.io,admissionReviewVersions=v1
-// +kubebuilder:webhook:path=/validate-macrack,mutating=false,failurePolicy=fail,sideEffects=None,groups=compute.macrack.io,resources=macosinstances;macosinstances/status,verbs=create;update;delete,versions=v1alpha1,name=vmacosinstance.macrack.io,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-macrack,mutating=false,failurePolicy=fail,sideEffects=NoneOnDryRun,groups=compute.macrack.io,resources=macosinstances;macosinstances/status,verbs=create;update;delete,versions=v1alpha1,name=vmacosinstance.macrack.io,admissionReviewVersions=v1,timeoutSeconds=10
 // +kubebuilder:webhook:path=/validate-macrack,mutating=false,failurePolicy=fail,sideEffects=None,groups=fleet.macrack.io,resources=macnodes;macnodes/status,verbs=create;update;delete,versions=v1alpha1,name=vmacnode.macrack.io,admissionReviewVersions=v1
 // +kubebuilder:webhook:path=/validate-macrack,mutating=false,failurePolicy=fail,sideEffects=None,groups=fleet.macrack.io,resources=macnodeclasses,verbs=create;update;delete,versions=v1alpha1,name=vmacnodeclass.macrack.io,admissionReviewVersions=v1
 // +kubebuilder:webhook:path=/validate-macrack,mutating=false,failurePolicy=fail,sideEffects=None,groups=workloads.macrack.io,resources=gitlabrunners,verbs=create;update,versions=v1alpha1,name=vgitlabrunner.macrack.io,admissionReviewVersions=v1
@@ -48,6 +48,9 @@ type PolicyValidator struct {
 	Metrics *Metrics
 	// Denials, if set, takes each refusal for the audit stream.
 	Denials *audit.Denials
+	// Reservations, if set, decide each new instance exactly, on live
+	// reads and the lease's reservations, and record its admission.
+	Reservations *Reservations
 }
 
 // Handle implements admission.Handler.
@@ -70,7 +73,10 @@ func (v *PolicyValidator) Handle(ctx context.Context, req admission.Request) (re
 	if err != nil {
 		log.Error(err, "Policy input refused")
 	}
-	if !d.Allowed() && err == nil && v.Live != nil {
+	switch {
+	case err == nil && v.Reservations != nil && isInstanceCreate(req):
+		d = v.admitInstance(ctx, req, in)
+	case !d.Allowed() && err == nil && v.Live != nil:
 		d = v.decideLive(ctx, req, in, d)
 	}
 	if d.Allowed() {

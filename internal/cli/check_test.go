@@ -28,7 +28,7 @@ func TestPolicyCheck(t *testing.T) {
 			want: expectation{code: 1, stdout: []string{"DENY", "lease.floor", "minimumDuration 23h is below the 24h floor"}}},
 		{name: "a lease with a 24h minimumDuration is allowed",
 			args: []string{"-f", "testdata/lease-24h.yaml"},
-			want: expectation{code: 0, stdout: []string{"ALLOW", "rules audit.finalizer, lease.floor, lease.release"}, absent: []string{"DENY"}}},
+			want: expectation{code: 0, stdout: []string{"ALLOW", "rules audit.finalizer, instance.cap, lease.floor, lease.release"}, absent: []string{"DENY"}}},
 
 		// node.commercial, with its positive control.
 		{name: "a MacNodeClass with a 931Gi disk is denied by node.commercial",
@@ -68,9 +68,9 @@ func TestPolicyCheck(t *testing.T) {
 		{name: "deleting a lease is not lease.floor's concern, even at 23h",
 			args: []string{"-f", "testdata/lease-23h.yaml", "--operation", "delete"},
 			want: expectation{code: 0, stdout: []string{"ALLOW"}}},
-		{name: "a kind the rules know but no rule concerns is allowed and says so",
+		{name: "a kind one rule concerns is allowed and names that rule alone",
 			args: []string{"-f", filepath.Join(samplesDir, "images", "fleet_v1alpha1_macosimage.yaml")},
-			want: expectation{code: 0, stdout: []string{"no rule applies"}}},
+			want: expectation{code: 0, stdout: []string{"ALLOW", "(rules audit.finalizer)"}, absent: []string{"lease.floor", "no rule applies"}}},
 
 		// Unreadable or malformed input: exit 2, the file and document named.
 		{name: "malformed YAML exits 2 naming the file and the document, without a stack trace",

@@ -18,10 +18,10 @@ func TestPolicyEval(t *testing.T) {
 	}{
 		{name: "an input creating a 23h lease is denied by lease.floor",
 			args: []string{"-i", "testdata/eval-lease-23h.yaml"},
-			want: expectation{code: 1, stdout: []string{"DENY", "CREATE MacNodeLease tenant-a/build-mini by alice", "lease.floor", "codes: lease.floor", "rules evaluated: audit.finalizer, lease.floor, lease.release", "policies revision: "}}},
+			want: expectation{code: 1, stdout: []string{"DENY", "CREATE MacNodeLease tenant-a/build-mini by alice", "lease.floor", "codes: lease.floor", "rules evaluated: audit.finalizer, instance.cap, lease.floor, lease.release", "policies revision: "}}},
 		{name: "an input creating a 24h lease is allowed",
 			args: []string{"-i", "testdata/eval-lease-24h.yaml"},
-			want: expectation{code: 0, stdout: []string{"ALLOW", "codes: none", "rules evaluated: audit.finalizer, lease.floor, lease.release"}, absent: []string{"DENY"}}},
+			want: expectation{code: 0, stdout: []string{"ALLOW", "codes: none", "rules evaluated: audit.finalizer, instance.cap, lease.floor, lease.release"}, absent: []string{"DENY"}}},
 		{name: "an input without now is decided at the current time",
 			args: []string{"-i", "testdata/eval-lease-24h-no-now.yaml"},
 			want: expectation{code: 0, stdout: []string{"ALLOW"}, absent: []string{"now is not set"}}},

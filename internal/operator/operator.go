@@ -204,6 +204,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		if err := admission.Setup(mgr, o.Engine, o.Clock, o.Params, admissionMetrics, denials); err != nil {
 			return fmt.Errorf("setting up webhooks: %w", err)
 		}
+		if err := admission.SetupSweeper(mgr, o.Clock); err != nil {
+			return fmt.Errorf("setting up the reservations' sweeper: %w", err)
+		}
 	}
 	if o.ApplyAdmissionPolicies {
 		if err := (&admission.PolicyApplier{

@@ -4,18 +4,22 @@
 #   A chassis runs at most vmCapacity macOS VMs, and never more than two (the
 #   kernel's hv_apple_isa_vm_quota). The cap holds per lease, per node, and on
 #   the MacNode's slots. An instance is live, and counts, until the agent
-#   reports it Stopped; a Stopping instance counts. A workload that keeps a
-#   pool of VMs (a GitLabRunner's concurrency) asks for no more than the cap.
+#   reports it Stopped; a Stopping instance counts, and so does one the
+#   webhook has admitted that is not stored yet (the lease's reservations,
+#   which only the operator writes). A workload that keeps a pool of VMs (a
+#   GitLabRunner's concurrency) asks for no more than the cap.
 # custom:
 #   id: instance.cap
 #   kinds:
 #   - compute.macrack.io/MacOSInstance
+#   - leasing.macrack.io/MacNodeLease
 #   - fleet.macrack.io/MacNode
 #   - workloads.macrack.io/GitLabRunner
 #   engines: [rego]
 #   inventory:
 #   - nodeClass: the class of the lease's (or the node's, or the GitLabRunner's lease's) chassis
-#   - leaseInstances: the instances of the lease (index instances-by-lease)
+#   - leaseInstances: the instances of the lease (index instances-by-lease; read live for a new instance)
+#   - leaseReservations: the instances the webhook admitted on the lease that are not stored yet, read live
 #   - nodeInstances: the instances placed on the node (index instances-by-node)
 package macrack.instance.cap
 
@@ -25,15 +29,26 @@ code := "instance.cap"
 
 cap := lib.vm_capacity
 
-# A lease runs at most cap live instances.
+# A lease runs at most cap live instances, counting those admitted and not
+# stored yet.
 violations contains {"code": code, "message": msg} if {
 	input.request.kind.kind == "MacOSInstance"
 	input.request.operation == "CREATE"
-	live := others(object.get(input, ["inventory", "leaseInstances"], []))
+	live := array.concat(others(object.get(input, ["inventory", "leaseInstances"], [])), reserved)
 	count(live) >= cap
 	msg := sprintf("instance.cap: lease %s already has %d live instances (%s); a chassis runs at most %d", [
 		object.get(lib.new, ["spec", "leaseName"], "?"), count(live), concat(", ", sort(live)), cap,
 	])
+}
+
+# Only the operator, whose webhook admits instances, writes a lease's
+# reservations.
+violations contains {"code": code, "message": msg} if {
+	input.request.kind.kind == "MacNodeLease"
+	input.request.operation in {"CREATE", "UPDATE"}
+	lib.changed(["status", "reservations"])
+	not lib.is_operator
+	msg := sprintf("instance.cap: only the operator's admission webhook writes status.reservations of lease %s, not %s", [name, lib.username])
 }
 
 # A node runs at most cap live instances.
@@ -75,6 +90,13 @@ others(list) := [sprintf("%s", [i.metadata.name]) |
 	some i in list
 	lib.live(i)
 	not same_instance(i)
+]
+
+# reserved are the instances the webhook admitted on the lease and the API
+# server has not stored yet, other than the one being written.
+reserved := [sprintf("%s (admitted, not stored yet)", [r.name]) |
+	some r in object.get(input, ["inventory", "leaseReservations"], [])
+	r.uid != uid
 ]
 
 same_instance(i) if {

@@ -285,6 +285,7 @@ type MacOSInstanceStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=mi,categories=macrack
 // +kubebuilder:selectablefield:JSONPath=`.status.nodeName`
+// +kubebuilder:selectablefield:JSONPath=`.spec.leaseName`
 // +kubebuilder:printcolumn:name="Lease",type=string,JSONPath=`.spec.leaseName`
 // +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.imageName`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`

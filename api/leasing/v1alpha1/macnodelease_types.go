@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
@@ -106,7 +108,55 @@ type MacNodeLeaseStatus struct {
 	// AuditJournal for who writes what.
 	// +optional
 	Audit *fleetv1alpha1.AuditJournal `json:"audit,omitempty"`
+
+	// reservations are the instances the validating webhook has admitted on
+	// this lease that the API server may not have stored yet. Each counts
+	// toward the chassis' cap until its instance is stored, or for
+	// ReservationTTL if it never is (a later admission step refused it).
+	// The webhook is their one writer, under the field manager
+	// ReservationFieldManager, with the lease's resourceVersion: it admits
+	// an instance only when the live instances and these stay within the
+	// class's vmCapacity.
+	// +optional
+	// +listType=map
+	// +listMapKey=uid
+	// +kubebuilder:validation:MaxItems=16
+	Reservations []InstanceReservation `json:"reservations,omitempty"`
+
+	// reservationsListVersion is the resourceVersion of the list of the
+	// lease's instances that the webhook last decided on. The webhook lists
+	// them again at least this new, so that a reservation it dropped because
+	// its instance was listed is never counted by a list without it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	ReservationsListVersion string `json:"reservationsListVersion,omitempty"`
 }
+
+// InstanceReservation is one instance admitted and not yet stored.
+type InstanceReservation struct {
+	// uid is the admitted instance's metadata.uid.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	UID string `json:"uid"`
+	// name is the admitted instance's name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// at is when the webhook admitted it.
+	// +required
+	At metav1.Time `json:"at"`
+}
+
+// ReservationTTL is how long a reservation whose instance was never stored
+// counts: twice the validating webhook's timeoutSeconds (10), past which no
+// request it admitted can still be stored.
+const ReservationTTL = 20 * time.Second
+
+// ReservationFieldManager is the field manager of the one writer of
+// status.reservations, the validating webhook.
+const ReservationFieldManager = "macrack-admission"
 
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status

@@ -69,6 +69,10 @@ type OperatorOptions struct {
 	Log                     logr.Logger
 	// WebhooksOnly runs the webhooks without the controllers.
 	WebhooksOnly bool
+	// WebhookPort, if set, serves the webhooks on this port of the
+	// envtest's serving host, in place of the port the API server calls: a
+	// suite that runs two replicas puts its own balancer on that one.
+	WebhookPort int
 	// ApplyAdmissionPolicies makes the operator apply, and keep, its
 	// admission policies, their bindings and params, as it does in a
 	// cluster. Suites that install them with InstallAdmissionPolicies leave
@@ -109,7 +113,11 @@ func (e *Env) StartOperator(o OperatorOptions) (*Operator, error) {
 	}
 	if o.Webhooks {
 		w := e.Environment.WebhookInstallOptions
-		opts.WebhookServer = webhook.NewServer(webhook.Options{Host: w.LocalServingHost, Port: w.LocalServingPort, CertDir: w.LocalServingCertDir})
+		port := w.LocalServingPort
+		if o.WebhookPort != 0 {
+			port = o.WebhookPort
+		}
+		opts.WebhookServer = webhook.NewServer(webhook.Options{Host: w.LocalServingHost, Port: port, CertDir: w.LocalServingCertDir})
 	}
 	mgr, err := ctrl.NewManager(cfg, opts)
 	if err != nil {

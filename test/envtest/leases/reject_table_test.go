@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -138,9 +139,14 @@ var _ = Describe("(b) Tenant B", func() {
 		Expect(b.Client.Get(ctx, types.NamespacedName{Namespace: b.Namespace, Name: "ci-1"}, i)).To(Succeed())
 		i.Status.NodeName = aNode
 		harness.ExpectRBACDenial(b.Client.Status().Update(ctx, i), "update", "macosinstances/status")
-		l = getLease(b.Namespace, "build")
-		l.Labels = map[string]string{"team": "ios"}
-		Expect(b.Client.Update(ctx, l)).To(Succeed(), "positive control: B may edit its lease")
+		// The lease's status moves under B (the webhook records ci-1's
+		// reservation, and drops it once ci-1 is stored): B retries on a
+		// conflict, as kubectl does.
+		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			l = getLease(b.Namespace, "build")
+			l.Labels = map[string]string{"team": "ios"}
+			return b.Client.Update(ctx, l)
+		})).To(Succeed(), "positive control: B may edit its lease")
 
 		// Deleted at +1h, B's lease is Held, and takes no new instance.
 		tick("1h")

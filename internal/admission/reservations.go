@@ -1,0 +1,337 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/inventory"
+	"github.com/boualleiguie/macrack-operator/internal/policy"
+)
+
+// Reservations make instance.cap exact at admission, as ResourceQuota's
+// admission plugin makes a quota exact: the webhook decides a new instance
+// on the lease and its instances read live, counting the instances it has
+// admitted that are not stored yet (the lease's status.reservations), and
+// records its own admission there, with the lease's resourceVersion, before
+// it answers. Two concurrent admissions cannot both count the same room: the
+// second write conflicts, and decides again on what the first wrote.
+//
+// This is the one writer of status.reservations.
+type Reservations struct {
+	// Live reads the lease, its class and its instances from the API
+	// server, never a cache; Writer writes the lease's status.
+	Live   client.Reader
+	Writer client.StatusClient
+	// TTL is how long a reservation whose instance was never stored
+	// counts (leasingv1alpha1.ReservationTTL).
+	TTL time.Duration
+	// Attempts bounds the writes tried for one admission; each conflict
+	// means another admission or a status write went first.
+	Attempts int
+}
+
+// NewReservations returns the ledger of the operator's webhook.
+func NewReservations(live client.Reader, w client.Client) *Reservations {
+	return &Reservations{Live: live, Writer: w, TTL: leasingv1alpha1.ReservationTTL, Attempts: 32}
+}
+
+// isInstanceCreate is a request the reservations decide.
+func isInstanceCreate(req admission.Request) bool {
+	return req.Operation == "CREATE" && req.SubResource == "" &&
+		req.Kind.Group == "compute.macrack.io" && req.Kind.Kind == "MacOSInstance"
+}
+
+// admitInstance decides a new instance on the lease and its instances read
+// live, counting the lease's reservations, and, unless the request is a dry
+// run, reserves its room on the lease before it answers. The class, the
+// image and the MacNode come from the cache, and are read live only when
+// the decision refuses on another rule than instance.cap.
+func (v *PolicyValidator) admitInstance(ctx context.Context, req admission.Request, in policy.Input) policy.Decision {
+	log := ctrl.LoggerFrom(ctx)
+	r := v.Reservations
+	kind := schema.GroupKind{Group: req.Kind.Group, Kind: req.Kind.Kind}
+	dryRun := req.DryRun != nil && *req.DryRun
+	uid, name := str(in.Object, "metadata", "uid"), str(in.Object, "metadata", "name")
+	key := client.ObjectKey{Namespace: req.Namespace, Name: str(in.Object, "spec", "leaseName")}
+	for attempt := 1; ; attempt++ {
+		lease := &leasingv1alpha1.MacNodeLease{}
+		if err := r.Live.Get(ctx, key, lease); err != nil {
+			if apierrors.IsNotFound(err) {
+				return v.decideOn(ctx, kind, in, nil, nil, nil, r.Live) // instance.tenant refuses it
+			}
+			return failed(fmt.Errorf("reading lease %s: %w", key, err))
+		}
+		instances, listVersion, err := r.instances(ctx, lease)
+		if err != nil {
+			return failed(err)
+		}
+		now := v.Clock.Now()
+		kept := pending(lease.Status.Reservations, instances, now, r.TTL)
+		d := v.decideOn(ctx, kind, in, lease, instances, reservationMaps(kept), nil)
+		if !d.Allowed() && !onlyCap(d) {
+			// The cache may lag behind what the tenant saw (an image just
+			// resolved): decide again on live reads before refusing.
+			d = v.decideOn(ctx, kind, in, lease, instances, reservationMaps(kept), r.Live)
+		}
+		if !d.Allowed() || dryRun || uid == "" {
+			return d
+		}
+		if nameTaken(instances, name, uid) {
+			// The API server refuses the name after admission: a
+			// reservation would only count against the next create.
+			return d
+		}
+		err = r.record(ctx, lease, append(kept, leasingv1alpha1.InstanceReservation{UID: uid, Name: name, At: metav1.NewTime(now)}), listVersion)
+		switch {
+		case err == nil:
+			log.V(1).Info("Reserved room for the instance", "lease", key, "reserved", len(kept)+1, "attempt", attempt)
+			return d
+		case apierrors.IsConflict(err) && attempt < r.Attempts:
+			// Another admission, or the operator, wrote the lease first:
+			// decide again on what it wrote.
+			time.Sleep(time.Duration(rand.Int64N(int64(5 * time.Millisecond))))
+			continue
+		default:
+			return failed(fmt.Errorf("recording the admission on lease %s after %d attempts: %w", key, attempt, err))
+		}
+	}
+}
+
+// decideOn decides with the lease, its instances and its reservations given
+// (read live), and the rest of the inventory from the cache, or from getter
+// when set.
+func (v *PolicyValidator) decideOn(ctx context.Context, kind schema.GroupKind, in policy.Input,
+	lease *leasingv1alpha1.MacNodeLease, instances, reservations []any, getter client.Reader) policy.Decision {
+	b := inventory.Builder{Reader: v.Inventory.Reader, Getter: getter}
+	inv, err := b.For(ctx, kind, in.Object, nil)
+	if err != nil {
+		return failed(fmt.Errorf("reading the inventory: %w", err))
+	}
+	if lease != nil {
+		m, err := inventory.ToMap(lease)
+		if err != nil {
+			return failed(err)
+		}
+		inv["lease"] = m
+		inv["leaseInstances"] = instances
+		inv["leaseReservations"] = reservations
+	}
+	in.Inventory = inv
+	d, err := v.Engine.Decide(ctx, in)
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Policy input refused")
+	}
+	return d
+}
+
+func onlyCap(d policy.Decision) bool {
+	for _, viol := range d.Violations {
+		if viol.Code != "instance.cap" {
+			return false
+		}
+	}
+	return true
+}
+
+// instances lists the lease's instances from the API server's watch cache,
+// at least as new as the list the reservations were last decided on: a
+// reservation dropped because its instance was listed is never counted by
+// a list that misses the instance, on any API server. (A quorum read would
+// wait for the watch cache to catch up with every other write: 80 ms here.)
+func (r *Reservations) instances(ctx context.Context, lease *leasingv1alpha1.MacNodeLease) ([]any, string, error) {
+	version := lease.Status.ReservationsListVersion
+	if version == "" {
+		version = "0"
+	}
+	list := &computev1alpha1.MacOSInstanceList{}
+	if err := r.Live.List(ctx, list, client.InNamespace(lease.Namespace), client.MatchingFields{LeaseNameField: lease.Name},
+		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: version, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}}); err != nil {
+		return nil, "", fmt.Errorf("listing the instances of lease %s/%s: %w", lease.Namespace, lease.Name, err)
+	}
+	out := make([]any, 0, len(list.Items))
+	for i := range list.Items {
+		m, err := inventory.ToMap(&list.Items[i])
+		if err != nil {
+			return nil, "", err
+		}
+		out = append(out, m)
+	}
+	return out, list.ResourceVersion, nil
+}
+
+// LeaseNameField is MacOSInstance's selectable field for its lease.
+const LeaseNameField = "spec.leaseName"
+
+// record writes the lease's reservations, with its resourceVersion, under
+// the one field manager.
+func (r *Reservations) record(ctx context.Context, lease *leasingv1alpha1.MacNodeLease, entries []leasingv1alpha1.InstanceReservation, listVersion string) error {
+	before := lease.DeepCopy()
+	lease.Status.Reservations = entries
+	lease.Status.ReservationsListVersion = listVersion
+	return r.Writer.Status().Patch(ctx, lease,
+		client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}),
+		client.FieldOwner(leasingv1alpha1.ReservationFieldManager))
+}
+
+// pending are the reservations that still count: those whose instance is
+// not stored (a stored one counts as itself), made less than ttl ago.
+func pending(entries []leasingv1alpha1.InstanceReservation, instances []any, now time.Time, ttl time.Duration) []leasingv1alpha1.InstanceReservation {
+	stored := uids(instances)
+	var out []leasingv1alpha1.InstanceReservation
+	for _, e := range entries {
+		if stored[e.UID] || !now.Before(e.At.Add(ttl)) {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func uids(instances []any) map[string]bool {
+	stored := map[string]bool{}
+	for _, i := range instances {
+		if m, ok := i.(map[string]any); ok {
+			stored[str(m, "metadata", "uid")] = true
+		}
+	}
+	return stored
+}
+
+// nameTaken is whether a stored instance that is not being deleted holds
+// the name: the API server will refuse the create as AlreadyExists, and a
+// reservation would only count against the next create. (One deleted, with
+// no finalizer yet, in the instant between this read and the store lets the
+// create through unreserved; it is counted live from then on, and
+// placement's slot claim stays the authority on what runs.)
+func nameTaken(instances []any, name, uid string) bool {
+	for _, i := range instances {
+		m, _ := i.(map[string]any)
+		meta, _ := m["metadata"].(map[string]any)
+		if meta == nil || meta["name"] != name || meta["uid"] == uid {
+			continue
+		}
+		if meta["deletionTimestamp"] == nil {
+			return true
+		}
+	}
+	return false
+}
+
+func reservationMaps(entries []leasingv1alpha1.InstanceReservation) []any {
+	out := make([]any, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, map[string]any{"uid": e.UID, "name": e.Name, "at": e.At.UTC().Format(time.RFC3339)})
+	}
+	return out
+}
+
+// failed refuses, as the engine refuses what it cannot decide: closed.
+func failed(err error) policy.Decision {
+	return policy.Decision{Violations: []policy.Violation{{
+		Rule: "instance.cap", Code: policy.CodeError,
+		Message: fmt.Sprintf("policy.error: instance.cap could not be decided exactly: %v", err),
+	}}}
+}
+
+func str(m map[string]any, path ...string) string {
+	var cur any = m
+	for _, k := range path {
+		mm, ok := cur.(map[string]any)
+		if !ok {
+			return ""
+		}
+		cur = mm[k]
+	}
+	s, _ := cur.(string)
+	return s
+}
+
+// prune drops the lease's reservations that no longer count, read live, as
+// the same writer; a conflict leaves them to the next pass.
+func (r *Reservations) prune(ctx context.Context, key client.ObjectKey, now time.Time) error {
+	lease := &leasingv1alpha1.MacNodeLease{}
+	if err := r.Live.Get(ctx, key, lease); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if len(lease.Status.Reservations) == 0 {
+		return nil
+	}
+	instances, listVersion, err := r.instances(ctx, lease)
+	if err != nil {
+		return err
+	}
+	kept := pending(lease.Status.Reservations, instances, now, r.TTL)
+	if len(kept) == len(lease.Status.Reservations) {
+		return nil
+	}
+	if err := r.record(ctx, lease, kept, listVersion); err != nil && !apierrors.IsConflict(err) {
+		return fmt.Errorf("pruning the reservations of lease %s: %w", key, err)
+	}
+	return nil
+}
+
+// Sweeper is the operator's pass over the leases' reservations, through
+// the webhook's own writer: as each instance is stored it drops its
+// reservation (an instance deleted soon after would otherwise count until
+// the TTL), and every Period of the business clock it drops those whose
+// instance was never stored within the TTL.
+type Sweeper struct {
+	Reservations *Reservations
+	// Cache lists the leases; only those it shows with reservations are
+	// read live.
+	Cache  client.Reader
+	Clock  clock.Clock
+	Period time.Duration
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: one sweeper.
+func (s *Sweeper) NeedLeaderElection() bool { return true }
+
+// Start implements manager.Runnable.
+func (s *Sweeper) Start(ctx context.Context) error {
+	log := ctrl.LoggerFrom(ctx).WithName("reservations")
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.Clock.After(s.Period):
+			leases := &leasingv1alpha1.MacNodeLeaseList{}
+			if err := s.Cache.List(ctx, leases); err != nil {
+				log.Error(err, "Listing leases failed")
+				continue
+			}
+			for i := range leases.Items {
+				l := &leases.Items[i]
+				if len(l.Status.Reservations) == 0 {
+					continue
+				}
+				if err := s.Reservations.prune(ctx, client.ObjectKeyFromObject(l), s.Clock.Now()); err != nil {
+					log.Error(err, "Pruning reservations failed", "lease", client.ObjectKeyFromObject(l))
+				}
+			}
+		}
+	}
+}
+
+// Reconcile implements reconcile.Reconciler: a lease with reservations,
+// or one of its instances, was written.
+// Only a lease the cache shows with reservations is read live.
+func (s *Sweeper) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	cached := &leasingv1alpha1.MacNodeLease{}
+	if err := s.Cache.Get(ctx, req.NamespacedName, cached); err != nil || len(cached.Status.Reservations) == 0 {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	return ctrl.Result{}, s.Reservations.prune(ctx, req.NamespacedName, s.Clock.Now())
+}

@@ -1,0 +1,62 @@
+package admission
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+)
+
+func stored(uid, name string, deleting bool) map[string]any {
+	meta := map[string]any{"uid": uid, "name": name}
+	if deleting {
+		meta["deletionTimestamp"] = "2026-06-01T12:00:00Z"
+	}
+	return map[string]any{"metadata": meta}
+}
+
+// A reservation counts while its instance is not stored and it is younger
+// than the TTL; at the TTL exactly it no longer does.
+func TestPendingReservations(t *testing.T) {
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	ttl := leasingv1alpha1.ReservationTTL
+	at := func(ago time.Duration) metav1.Time { return metav1.NewTime(now.Add(-ago)) }
+	entries := []leasingv1alpha1.InstanceReservation{
+		{UID: "in-flight", Name: "a", At: at(time.Second)},
+		{UID: "stored", Name: "b", At: at(time.Second)},
+		{UID: "refused", Name: "c", At: at(ttl)},
+		{UID: "almost", Name: "d", At: at(ttl - time.Second)},
+	}
+	got := pending(entries, []any{stored("stored", "b", false)}, now, ttl)
+	var names []string
+	for _, e := range got {
+		names = append(names, e.Name)
+	}
+	if len(names) != 2 || names[0] != "a" || names[1] != "d" {
+		t.Fatalf("pending = %v, want [a d]: the stored one counts as itself, the one at the TTL no more", names)
+	}
+	if got := pending(nil, nil, now, ttl); len(got) != 0 {
+		t.Fatalf("pending of none = %v", got)
+	}
+}
+
+// A name held by a stored instance that is not being deleted is taken; the
+// instance's own uid, or one being deleted, does not take it.
+func TestNameTaken(t *testing.T) {
+	list := []any{stored("u-1", "a", false), stored("u-2", "gone", true)}
+	for _, c := range []struct {
+		name, uid string
+		want      bool
+	}{
+		{"a", "u-9", true},
+		{"a", "u-1", false},
+		{"gone", "u-9", false},
+		{"b", "u-9", false},
+	} {
+		if got := nameTaken(list, c.name, c.uid); got != c.want {
+			t.Errorf("nameTaken(%s, %s) = %v, want %v", c.name, c.uid, got, c.want)
+		}
+	}
+}
