@@ -30,8 +30,9 @@ import (
 //
 // This is the one writer of status.reservations.
 type Reservations struct {
-	// Live reads the lease, its class and its instances from the API
-	// server, never a cache; Writer writes the lease's status.
+	// Live reads the lease and its instances from the API server, never a
+	// cache (and the rest of the inventory before a refusal); Writer writes
+	// the lease's status.
 	Live   client.Reader
 	Writer client.StatusClient
 	// TTL is how long a reservation whose instance was never stored
@@ -65,6 +66,11 @@ func (v *PolicyValidator) admitInstance(ctx context.Context, req admission.Reque
 	dryRun := req.DryRun != nil && *req.DryRun
 	uid, name := str(in.Object, "metadata", "uid"), str(in.Object, "metadata", "name")
 	key := client.ObjectKey{Namespace: req.Namespace, Name: str(in.Object, "spec", "leaseName")}
+	if key.Name == "" {
+		// The schema requires leaseName; without it instance.tenant
+		// refuses, and there is no lease to count on.
+		return v.decideOn(ctx, kind, in, nil, nil, nil, r.Live)
+	}
 	for attempt := 1; ; attempt++ {
 		lease := &leasingv1alpha1.MacNodeLease{}
 		if err := r.Live.Get(ctx, key, lease); err != nil {
