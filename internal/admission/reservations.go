@@ -3,11 +3,13 @@ package admission
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -51,7 +53,7 @@ func NewReservations(live client.Reader, w client.Client) *Reservations {
 // isInstanceCreate is a request the reservations decide.
 func isInstanceCreate(req admission.Request) bool {
 	return req.Operation == "CREATE" && req.SubResource == "" &&
-		req.Kind.Group == "compute.macrack.io" && req.Kind.Kind == "MacOSInstance"
+		req.Kind.Group == computev1alpha1.GroupVersion.Group && req.Kind.Kind == "MacOSInstance"
 }
 
 // admitInstance decides a new instance on the lease and its instances read
@@ -64,8 +66,10 @@ func (v *PolicyValidator) admitInstance(ctx context.Context, req admission.Reque
 	r := v.Reservations
 	kind := schema.GroupKind{Group: req.Kind.Group, Kind: req.Kind.Kind}
 	dryRun := req.DryRun != nil && *req.DryRun
-	uid, name := str(in.Object, "metadata", "uid"), str(in.Object, "metadata", "name")
-	key := client.ObjectKey{Namespace: req.Namespace, Name: str(in.Object, "spec", "leaseName")}
+	uid, _, _ := unstructured.NestedString(in.Object, "metadata", "uid")
+	name, _, _ := unstructured.NestedString(in.Object, "metadata", "name")
+	leaseName, _, _ := unstructured.NestedString(in.Object, "spec", "leaseName")
+	key := client.ObjectKey{Namespace: req.Namespace, Name: leaseName}
 	if key.Name == "" {
 		// The schema requires leaseName; without it instance.tenant
 		// refuses, and there is no lease to count on.
@@ -116,14 +120,19 @@ func (v *PolicyValidator) admitInstance(ctx context.Context, req admission.Reque
 }
 
 // decideOn decides with the lease, its instances and its reservations given
-// (read live), and the rest of the inventory from the cache, or from getter
-// when set.
+// (read live), and the rest of the inventory as the request's input read it
+// from the cache, or read again through getter when set.
 func (v *PolicyValidator) decideOn(ctx context.Context, kind schema.GroupKind, in policy.Input,
 	lease *leasingv1alpha1.MacNodeLease, instances, reservations []any, getter client.Reader) policy.Decision {
-	b := inventory.Builder{Reader: v.Inventory.Reader, Getter: getter}
-	inv, err := b.For(ctx, kind, in.Object, nil)
-	if err != nil {
-		return failed(fmt.Errorf("reading the inventory: %w", err))
+	inv := maps.Clone(in.Inventory)
+	if getter != nil {
+		var err error
+		if inv, err = (inventory.Builder{Reader: v.Inventory.Reader, Getter: getter}).For(ctx, kind, in.Object, nil); err != nil {
+			return failed(fmt.Errorf("reading the inventory: %w", err))
+		}
+	}
+	if inv == nil {
+		inv = map[string]any{}
 	}
 	if lease != nil {
 		m, err := inventory.ToMap(lease)
@@ -209,7 +218,8 @@ func uids(instances []any) map[string]bool {
 	stored := map[string]bool{}
 	for _, i := range instances {
 		if m, ok := i.(map[string]any); ok {
-			stored[str(m, "metadata", "uid")] = true
+			uid, _, _ := unstructured.NestedString(m, "metadata", "uid")
+			stored[uid] = true
 		}
 	}
 	return stored
@@ -249,19 +259,6 @@ func failed(err error) policy.Decision {
 		Rule: "instance.cap", Code: policy.CodeError,
 		Message: fmt.Sprintf("policy.error: instance.cap could not be decided exactly: %v", err),
 	}}}
-}
-
-func str(m map[string]any, path ...string) string {
-	var cur any = m
-	for _, k := range path {
-		mm, ok := cur.(map[string]any)
-		if !ok {
-			return ""
-		}
-		cur = mm[k]
-	}
-	s, _ := cur.(string)
-	return s
 }
 
 // prune drops the lease's reservations that no longer count, read live, as
@@ -319,12 +316,9 @@ func (s *Sweeper) Start(ctx context.Context) error {
 				continue
 			}
 			for i := range leases.Items {
-				l := &leases.Items[i]
-				if len(l.Status.Reservations) == 0 {
-					continue
-				}
-				if err := s.Reservations.prune(ctx, client.ObjectKeyFromObject(l), s.Clock.Now()); err != nil {
-					log.Error(err, "Pruning reservations failed", "lease", client.ObjectKeyFromObject(l))
+				key := client.ObjectKeyFromObject(&leases.Items[i])
+				if _, err := s.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+					log.Error(err, "Pruning reservations failed", "lease", key)
 				}
 			}
 		}
@@ -332,8 +326,8 @@ func (s *Sweeper) Start(ctx context.Context) error {
 }
 
 // Reconcile implements reconcile.Reconciler: a lease with reservations,
-// or one of its instances, was written.
-// Only a lease the cache shows with reservations is read live.
+// or one of its instances, was written. Only a lease the cache shows with
+// reservations is read live.
 func (s *Sweeper) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	cached := &leasingv1alpha1.MacNodeLease{}
 	if err := s.Cache.Get(ctx, req.NamespacedName, cached); err != nil || len(cached.Status.Reservations) == 0 {

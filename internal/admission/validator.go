@@ -69,15 +69,19 @@ func (v *PolicyValidator) Handle(ctx context.Context, req admission.Request) (re
 		return deny(http.StatusInternalServerError, metav1.StatusReasonInternalError,
 			"policy.error: "+err.Error())
 	}
-	d, err := v.Engine.Decide(ctx, in)
-	if err != nil {
-		log.Error(err, "Policy input refused")
-	}
-	switch {
-	case err == nil && v.Reservations != nil && isInstanceCreate(req):
+	var d policy.Decision
+	if v.Reservations != nil && isInstanceCreate(req) {
+		// Decided on live reads alone: a decision on the cache first would
+		// be thrown away.
 		d = v.admitInstance(ctx, req, in)
-	case !d.Allowed() && err == nil && v.Live != nil:
-		d = v.decideLive(ctx, req, in, d)
+	} else {
+		d, err = v.Engine.Decide(ctx, in)
+		if err != nil {
+			log.Error(err, "Policy input refused")
+		}
+		if !d.Allowed() && err == nil && v.Live != nil {
+			d = v.decideLive(ctx, req, in, d)
+		}
 	}
 	if d.Allowed() {
 		return admission.Allowed("")
