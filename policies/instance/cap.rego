@@ -6,7 +6,7 @@
 #   the MacNode's slots. An instance is live, and counts, until the agent
 #   reports it Stopped; a Stopping instance counts, and so does one the
 #   webhook has admitted that is not stored yet (the lease's reservations,
-#   which only the operator writes). A workload that keeps a pool of VMs (a
+#   which only the operator writes, as their list version). A workload that keeps a pool of VMs (a
 #   GitLabRunner's concurrency) asks for no more than the cap.
 # custom:
 #   id: instance.cap
@@ -42,13 +42,14 @@ violations contains {"code": code, "message": msg} if {
 }
 
 # Only the operator, whose webhook admits instances, writes a lease's
-# reservations.
+# reservations and the list version they were decided on.
 violations contains {"code": code, "message": msg} if {
 	input.request.kind.kind == "MacNodeLease"
 	input.request.operation in {"CREATE", "UPDATE"}
-	lib.changed(["status", "reservations"])
+	some field in ["reservations", "reservationsListVersion"]
+	lib.changed(["status", field])
 	not lib.is_operator
-	msg := sprintf("instance.cap: only the operator's admission webhook writes status.reservations of lease %s, not %s", [name, lib.username])
+	msg := sprintf("instance.cap: only the operator's admission webhook writes status.%s of lease %s, not %s", [field, name, lib.username])
 }
 
 # A node runs at most cap live instances.

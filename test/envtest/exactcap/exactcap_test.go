@@ -263,5 +263,10 @@ var _ = Describe("instance.cap at admission", func() {
 		harness.ExpectWebhookDenial(err, "vmacnodelease.macrack.io", "instance.cap")
 		Expect(err.Error()).To(ContainSubstring("only the operator's admission webhook writes status.reservations"))
 		Expect(reserved(l)).NotTo(ContainElement("ghost"))
+		// A list version from the future would stall every admission's list.
+		err = careless.Status().Patch(ctx, lease(l), client.RawPatch(types.MergePatchType, []byte(`{"status":{"reservationsListVersion":"999999999"}}`)))
+		harness.ExpectWebhookDenial(err, "vmacnodelease.macrack.io", "instance.cap")
+		Expect(err.Error()).To(ContainSubstring("status.reservationsListVersion"))
+		Expect(t.Client.Create(ctx, instance(l, "after"))).To(Succeed(), "admission still lists the lease's instances")
 	})
 })
