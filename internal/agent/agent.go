@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -109,6 +110,31 @@ type Config struct {
 	// StopGrace bounds a graceful stop before the VM is forced off; 30s if
 	// zero.
 	StopGrace time.Duration
+	// KubeletAddress, if set, is where the agent serves the kubelet API
+	// of its instances (host:port): exec and container logs, which the API
+	// server sends to the Node's enrolled address and this port. The port
+	// is published as the Node's kubelet endpoint.
+	KubeletAddress string
+	// KubeletClientCAFile holds the CA of the client certificates the
+	// kubelet API accepts: the cluster's client CA, which signs the API
+	// server's kubelet client. Bearer tokens are checked by TokenReview.
+	KubeletClientCAFile string
+	// KubeletCertFile and KubeletKeyFile are the kubelet API's serving
+	// certificate; empty, the agent makes a self-signed one.
+	KubeletCertFile, KubeletKeyFile string
+}
+
+// kubeletPort is the port of KubeletAddress; 0 if the agent serves no
+// kubelet API.
+func (c Config) kubeletPort() (int32, error) {
+	if c.KubeletAddress == "" {
+		return 0, nil
+	}
+	ap, err := netip.ParseAddrPort(c.KubeletAddress)
+	if err != nil || ap.Port() == 0 {
+		return 0, fmt.Errorf("%w: the kubelet address %q is not an IP:port", ErrConfig, c.KubeletAddress)
+	}
+	return int32(ap.Port()), nil
 }
 
 // Run registers the chassis and runs the agent until ctx ends, or until
@@ -169,7 +195,11 @@ func run(ctx context.Context, cfg *rest.Config, c Config, wg *sync.WaitGroup, re
 		}
 		wg.Go(func() { _ = renewer.Run(ctx) })
 	}
-	if _, err := host.Register(ctx, direct, c.NodeName); err != nil {
+	kubeletPort, err := c.kubeletPort()
+	if err != nil {
+		return err
+	}
+	if _, err := host.Register(ctx, direct, c.NodeName, kubeletPort); err != nil {
 		return err
 	}
 	c.Log.Info("Registered", "node", c.NodeName)

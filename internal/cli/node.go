@@ -57,6 +57,9 @@ Usage:
 
 Flags:
   --class CLASS              the MacNodeClass (required)
+  --address IP               the chassis' IP address, where the API server reaches
+                             its agent for kubectl exec and logs; the operator
+                             publishes it as the Node's only address
   --agents-namespace NS      the agents' namespace (default macrack-agents)
   --token-ttl DURATION       the bootstrap token's lifetime (default 24h); the
                              agent renews its own token afterwards
@@ -136,6 +139,7 @@ func adminClient(kubeconfig string) (client.Client, *rest.Config, error) {
 func runEnroll(ctx context.Context, e env, args []string) error {
 	fs := newFlagSet("node enroll")
 	class := fs.String("class", "", "")
+	address := fs.String("address", "", "")
 	ns := fs.String("agents-namespace", "macrack-agents", "")
 	ttl := fs.Duration("token-ttl", 24*time.Hour, "")
 	kubeconfig := fs.String("kubeconfig", "", "")
@@ -156,7 +160,7 @@ func runEnroll(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	kc, err := enroll.Enroll(ctx, c, cfg, enroll.Options{Serial: pos[0], Class: *class, AgentsNamespace: *ns, TokenTTL: *ttl})
+	kc, err := enroll.Enroll(ctx, c, cfg, enroll.Options{Serial: pos[0], Class: *class, Address: *address, AgentsNamespace: *ns, TokenTTL: *ttl})
 	if err != nil {
 		return fmt.Errorf("%w: enrolling %s: %w", errInput, pos[0], err)
 	}

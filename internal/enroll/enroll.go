@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"regexp"
 	"strings"
@@ -37,6 +38,9 @@ type Options struct {
 	Serial string
 	// Class names the MacNodeClass.
 	Class string
+	// Address is the chassis' IP address, where the API server reaches its
+	// agent for exec and logs (MacNode spec.address); empty for none.
+	Address string
 	// AgentsNamespace holds the agents' ServiceAccounts.
 	AgentsNamespace string
 	// TokenTTL bounds the bootstrap token; the agent renews its own.
@@ -59,9 +63,15 @@ func Enroll(ctx context.Context, c client.Client, cfg *rest.Config, o Options) (
 	if err := c.Get(ctx, client.ObjectKey{Name: o.Class}, class); err != nil {
 		return nil, fmt.Errorf("getting MacNodeClass %s: %w", o.Class, err)
 	}
+	if o.Address != "" {
+		ip, err := netip.ParseAddr(o.Address)
+		if err != nil || ip.Zone() != "" || ip.IsUnspecified() || ip.String() != o.Address {
+			return nil, fmt.Errorf("%w: address %q is not an IPv4 or IPv6 address in canonical form", ErrInvalid, o.Address)
+		}
+	}
 	name := NodeName(o.Serial)
 	mn := &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: fleetv1alpha1.MacNodeSpec{Serial: o.Serial, NodeClassName: o.Class}}
+		Spec: fleetv1alpha1.MacNodeSpec{Serial: o.Serial, NodeClassName: o.Class, Address: o.Address}}
 	if err := c.Create(ctx, mn); err != nil {
 		if !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("creating MacNode %s: %w", name, err)
@@ -72,6 +82,11 @@ func Enroll(ctx context.Context, c client.Client, cfg *rest.Config, o Options) (
 		}
 		if existing.Spec.NodeClassName != o.Class {
 			return nil, fmt.Errorf("%w: MacNode %s exists with class %s, not %s", ErrInvalid, name, existing.Spec.NodeClassName, o.Class)
+		}
+		if existing.Spec.Address != o.Address {
+			// Enrolling again never moves a chassis: a new address is the
+			// platform's edit of spec.address, seen in the audit log.
+			return nil, fmt.Errorf("%w: MacNode %s exists with address %q, not %q; edit its spec.address to move it", ErrInvalid, name, existing.Spec.Address, o.Address)
 		}
 	}
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: fleetv1alpha1.AgentServiceAccountPrefix + name, Namespace: o.AgentsNamespace,

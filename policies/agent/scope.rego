@@ -6,8 +6,9 @@
 #   is the ServiceAccount agent-<node> there; any other identity of the
 #   namespace may write nothing. On its Node: created only with exactly the
 #   macrack.io/unleased taint among macrack.io/ taints and no macrack.io/
-#   label; afterwards no change to macrack.io/ taints or labels, and no
-#   delete: the operator writes every macrack.io/ label of a Node. On its MacNode: only status.reported changes. On instances placed
+#   label or address; afterwards no change to macrack.io/ taints, labels or
+#   its addresses, and no delete: the operator writes every macrack.io/
+#   label of a Node, and its address, where the API server sends exec. On its MacNode: only status.reported changes. On instances placed
 #   on its node: only status.runtime and the macrack.io/disk-wipe finalizer
 #   change. Leases: only its own node Lease in kube-node-lease. Tokens: only
 #   for itself, for the API server's audiences, for at most 24 hours. Events:
@@ -98,7 +99,15 @@ node_registration_problems contains sprintf("may not set macrack.io/ labels on i
 	count(keys) > 0
 }
 
+node_registration_problems contains "may not set its Node's addresses: the operator publishes the enrolled address" if {
+	count(object.get(lib.new, ["status", "addresses"], [])) > 0
+}
+
 node_update_problems contains "may not change macrack.io/ taints on its Node" if lib.macrack_taints(lib.new) != lib.macrack_taints(lib.old)
+
+node_update_problems contains "may not change its Node's addresses: the operator publishes the enrolled address" if {
+	object.get(lib.new, ["status", "addresses"], []) != object.get(lib.old, ["status", "addresses"], [])
+}
 
 node_update_problems contains sprintf("may not change macrack.io/ labels on its Node, not %s", [concat(", ", sort(keys))]) if {
 	keys := {k |

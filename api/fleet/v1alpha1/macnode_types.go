@@ -56,6 +56,17 @@ type MacNodeSpec struct {
 	// namespace forever.
 	// +optional
 	Retired bool `json:"retired,omitempty"`
+
+	// address is the chassis' IP address on the network the API server
+	// reaches it on, set at enrolment. The operator publishes it as the
+	// Node's only address (InternalIP), where the API server sends
+	// kubectl exec and logs; the agent cannot change it (agent.scope).
+	// Empty: the Node has no address, and exec and logs cannot reach it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=45
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() in [4, 6] && !ip(self).isUnspecified()",message="address must be an IPv4 or IPv6 address in canonical form, not unspecified"
+	// +kubebuilder:validation:XValidation:rule="ip.isCanonical(self)",message="address must be in canonical form (for example 10.0.0.5 or 2001:db8::5)"
+	Address string `json:"address,omitempty"`
 }
 
 // QuotaStateName is the host agent's view of the kernel VM quota.

@@ -26,8 +26,11 @@ const (
 
 // Register creates the chassis' Node, or adopts the one that exists: an
 // existing Node is never deleted or recreated, and its taints are never
-// touched after creation. It returns the MacNode it registered for.
-func Register(ctx context.Context, c client.Client, nodeName string) (*fleetv1alpha1.MacNode, error) {
+// touched after creation. kubeletPort, if not zero, is published as the
+// Node's kubelet endpoint: the port of the agent's kubelet API, where the
+// API server sends exec and logs (the address is the operator's to set).
+// It returns the MacNode it registered for.
+func Register(ctx context.Context, c client.Client, nodeName string, kubeletPort int32) (*fleetv1alpha1.MacNode, error) {
 	mn := &fleetv1alpha1.MacNode{}
 	if err := c.Get(ctx, client.ObjectKey{Name: nodeName}, mn); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -49,8 +52,9 @@ func Register(ctx context.Context, c client.Client, nodeName string) (*fleetv1al
 			ObjectMeta: metav1.ObjectMeta{Name: nodeName},
 			Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: UnleasedKey, Effect: corev1.TaintEffectNoSchedule}}},
 			Status: corev1.NodeStatus{
-				Capacity:    corev1.ResourceList{VMResource: capacity},
-				Allocatable: corev1.ResourceList{VMResource: capacity},
+				Capacity:        corev1.ResourceList{VMResource: capacity},
+				Allocatable:     corev1.ResourceList{VMResource: capacity},
+				DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: kubeletPort}},
 			},
 		}
 		if err := c.Create(ctx, node); err != nil {
@@ -60,10 +64,11 @@ func Register(ctx context.Context, c client.Client, nodeName string) (*fleetv1al
 	case err != nil:
 		return nil, fmt.Errorf("getting Node %s: %w", nodeName, err)
 	}
-	// Adopt: only the capacity is the agent's to correct.
+	// Adopt: only the capacity and the kubelet port are the agent's to
+	// correct.
 	have := node.Status.Capacity[VMResource]
 	haveAlloc := node.Status.Allocatable[VMResource]
-	if have.Cmp(capacity) == 0 && haveAlloc.Cmp(capacity) == 0 {
+	if have.Cmp(capacity) == 0 && haveAlloc.Cmp(capacity) == 0 && node.Status.DaemonEndpoints.KubeletEndpoint.Port == kubeletPort {
 		return mn, nil
 	}
 	updated := node.DeepCopy()
@@ -75,8 +80,9 @@ func Register(ctx context.Context, c client.Client, nodeName string) (*fleetv1al
 	}
 	updated.Status.Capacity[VMResource] = capacity
 	updated.Status.Allocatable[VMResource] = capacity
+	updated.Status.DaemonEndpoints.KubeletEndpoint.Port = kubeletPort
 	if err := c.Status().Patch(ctx, updated, client.MergeFrom(node)); err != nil {
-		return nil, fmt.Errorf("advertising capacity on Node %s: %w", nodeName, err)
+		return nil, fmt.Errorf("advertising capacity and the kubelet port on Node %s: %w", nodeName, err)
 	}
 	return mn, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,9 +54,35 @@ func (r *Reconciler) reconcileNode(ctx context.Context, s *scope) error {
 		r.Recorder.Eventf(s.node, updated, corev1.EventTypeNormal, "NodeTainted", "Taint", "Node %s is now %s", n.Name, what)
 		n = updated
 	}
+	if err := r.publishAddress(ctx, n, s); err != nil {
+		return err
+	}
 	if s.agent == metav1.ConditionFalse {
 		return r.markNodeNotReady(ctx, n, s)
 	}
+	return nil
+}
+
+// publishAddress makes the MacNode's spec.address the Node's only address,
+// an InternalIP: the API server sends exec and logs there. The agent may
+// not write the addresses (agent.scope), so that it cannot point the API
+// server, and the credentials it presents, at another host.
+func (r *Reconciler) publishAddress(ctx context.Context, n *corev1.Node, s *scope) error {
+	var want []corev1.NodeAddress
+	if a := s.node.Spec.Address; a != "" {
+		want = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: a}}
+	}
+	if equality.Semantic.DeepEqual(want, n.Status.Addresses) || len(want) == 0 && len(n.Status.Addresses) == 0 {
+		return nil
+	}
+	updated := n.DeepCopy()
+	updated.Status.Addresses = want
+	// Optimistic: the list is replaced whole, over what was read.
+	if err := r.Client.Status().Patch(ctx, updated, client.MergeFromWithOptions(n, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("publishing the address of Node %s: %w", n.Name, err)
+	}
+	r.Recorder.Eventf(s.node, updated, corev1.EventTypeNormal, "NodeAddressPublished", "PublishAddress", "Node %s's address is now %q", n.Name, s.node.Spec.Address)
+	*n = *updated
 	return nil
 }
 

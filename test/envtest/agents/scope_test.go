@@ -62,8 +62,13 @@ var _ = Describe("agent.scope", Ordered, func() {
 		for _, n := range []*string{&nodeA, &nodeB} {
 			serial := harness.NewSerial()
 			*n = strings.ToLower(serial)
+			// A is enrolled with an address, which the operator publishes.
+			address := ""
+			if n == &nodeA {
+				address = "127.0.0.42"
+			}
 			Expect(admin.Create(ctx, &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: *n},
-				Spec: fleetv1alpha1.MacNodeSpec{Serial: serial, NodeClassName: class}})).To(Succeed())
+				Spec: fleetv1alpha1.MacNodeSpec{Serial: serial, NodeClassName: class, Address: address}})).To(Succeed())
 		}
 		a = agentClient(nodeA)
 		b := agentClient(nodeB)
@@ -78,7 +83,7 @@ var _ = Describe("agent.scope", Ordered, func() {
 			c    client.Client
 			node string
 		}{{a, nodeA}, {b, nodeB}} {
-			_, err := host.Register(ctx, x.c, x.node)
+			_, err := host.Register(ctx, x.c, x.node, 0)
 			Expect(err).NotTo(HaveOccurred(), "positive control: registration")
 			n := &corev1.Node{}
 			Expect(admin.Get(ctx, client.ObjectKey{Name: x.node}, n)).To(Succeed())
@@ -127,7 +132,7 @@ var _ = Describe("agent.scope", Ordered, func() {
 		It("adopts its existing Node, and may not create B's", func() {
 			n := &corev1.Node{}
 			Expect(admin.Get(ctx, client.ObjectKey{Name: nodeA}, n)).To(Succeed())
-			_, err := host.Register(ctx, a, nodeA)
+			_, err := host.Register(ctx, a, nodeA, 0)
 			Expect(err).NotTo(HaveOccurred(), "an existing Node is adopted")
 			again := &corev1.Node{}
 			Expect(admin.Get(ctx, client.ObjectKey{Name: nodeA}, again)).To(Succeed())
@@ -136,6 +141,26 @@ var _ = Describe("agent.scope", Ordered, func() {
 			Expect(admin.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeB}})).To(Succeed())
 			foreign := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeB}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: host.UnleasedKey, Effect: corev1.TaintEffectNoSchedule}}}}
 			harness.ExpectPolicyDenial(a.Create(ctx, foreign), "agent.scope")
+		})
+		It("publishes its kubelet port, and may not point its Node's address elsewhere", func() {
+			_, err := host.Register(ctx, a, nodeA, 10250)
+			Expect(err).NotTo(HaveOccurred(), "positive control: the agent publishes its kubelet port")
+			n := &corev1.Node{}
+			Eventually(func() []corev1.NodeAddress {
+				Expect(admin.Get(ctx, client.ObjectKey{Name: nodeA}, n)).To(Succeed())
+				return n.Status.Addresses
+			}).Should(Equal([]corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.42"}}), "the operator publishes the enrolled address")
+			Expect(n.Status.DaemonEndpoints.KubeletEndpoint.Port).To(Equal(int32(10250)))
+
+			harness.ExpectPolicyDenial(statusPatch(a, n, map[string]any{"status": map[string]any{
+				"addresses": []any{map[string]any{"type": "InternalIP", "address": "10.0.0.66"}}}}), "agent.scope")
+			harness.ExpectPolicyDenial(statusPatch(a, n, map[string]any{"status": map[string]any{
+				"addresses": []any{map[string]any{"type": "Hostname", "address": "evil.example.com"}, map[string]any{"type": "InternalIP", "address": "127.0.0.42"}}}}), "agent.scope")
+			Expect(statusPatch(a, n, map[string]any{"status": map[string]any{
+				"daemonEndpoints": map[string]any{"kubeletEndpoint": map[string]any{"Port": 10251}}}})).To(Succeed(), "positive control: its own port")
+			Expect(admin.Get(ctx, client.ObjectKey{Name: nodeA}, n)).To(Succeed())
+			Expect(n.Status.Addresses).To(Equal([]corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.42"}}))
+
 		})
 		It("may not change a macrack.io taint or the tenant label, and may change a foreign taint", func() {
 			n := &corev1.Node{}

@@ -49,7 +49,7 @@ func enrollChassis(class string) enrolled {
 	Expect(err).NotTo(HaveOccurred())
 	e := enrolled{node: enroll.NodeName(serial), client: serviceAccountClient(agentsNamespace, host.ServiceAccountName(enroll.NodeName(serial)))}
 	// RBAC reads bindings from an informer: wait until the agent's are in force.
-	Eventually(func() error { _, err := host.Register(ctx, e.client, e.node); return err }).Should(Succeed(),
+	Eventually(func() error { _, err := host.Register(ctx, e.client, e.node, 0); return err }).Should(Succeed(),
 		"positive control: the enrolled agent registers its Node")
 	Eventually(func() error { return host.ReportFacts(ctx, e.client, e.node, harness.GoodFacts()) }).Should(Succeed(),
 		"positive control: the enrolled agent reports its facts")

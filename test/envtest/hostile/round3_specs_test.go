@@ -127,7 +127,7 @@ var _ = Describe("round 3: specs and labels that cannot change once they count",
 		Eventually(func() error { return agent.Create(ctx, forged()) }).Should(MatchError(ContainSubstring("macrack-agent-scope")))
 		harness.ExpectPolicyDenial(agent.Create(ctx, forged()), "agent.scope")
 		By("positive control: the agent registers without them, and the operator writes its labels")
-		Eventually(func() error { _, err := host.Register(ctx, agent, name); return err }).Should(Succeed())
+		Eventually(func() error { _, err := host.Register(ctx, agent, name, 0); return err }).Should(Succeed())
 		Eventually(func() map[string]string {
 			n := &corev1.Node{}
 			Expect(admin.Get(ctx, client.ObjectKey{Name: name}, n)).To(Succeed())

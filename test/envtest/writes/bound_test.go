@@ -46,7 +46,7 @@ var _ = Describe("A bound lease of a fractional duration, reconciled again", Ord
 		node := enroll.NodeName(serial)
 		agentClient, err := env.ClientAsServiceAccount(harness.AgentsNamespace, host.ServiceAccountName(node))
 		Expect(err).NotTo(HaveOccurred())
-		Eventually(func() error { _, err := host.Register(ctx, agentClient, node); return err }).Should(Succeed())
+		Eventually(func() error { _, err := host.Register(ctx, agentClient, node, 0); return err }).Should(Succeed())
 		Eventually(func() error { return host.ReportFacts(ctx, agentClient, node, harness.GoodFacts()) }).Should(Succeed())
 		Eventually(func() fleetv1alpha1.MacNodePhase { return macNode(node).Status.Phase }).Should(Equal(fleetv1alpha1.MacNodeReady))
 		tenant, err = env.NewTenant(ctx, "bound-tenant")
