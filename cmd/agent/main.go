@@ -35,6 +35,7 @@ func main() {
 	var (
 		kubeconfig, serial, agentsNS, stateDir, driverName, helperPath, tokenFile string
 		guestKeyFile, managedPrefs                                                string
+		kubeletAddress, kubeletClientCA, kubeletCert, kubeletKey                  string
 		heartbeat, facts, tokenTTL, simRebootTime                                 time.Duration
 		simDisk, simBootArgs, simChip, cacheBudget, registryAuth                  string
 		pullConcurrency                                                           int
@@ -50,6 +51,10 @@ func main() {
 	fs.StringVar(&tokenFile, "token-file", "", "Where the agent keeps its renewed token; defaults to <state-dir>/token.")
 	fs.StringVar(&managedPrefs, "managed-preferences", "", "On a Mac, the chassis' managed preferences (its MDM profile): the serial, the agents' namespace and the bootstrap kubeconfig, for the flags not given.")
 	fs.StringVar(&guestKeyFile, "guest-key-file", "", "Where the agent keeps the chassis' guest key, which opens its instances' sealed guest configs; defaults to <state-dir>/guest-key.")
+	fs.StringVar(&kubeletAddress, "kubelet-address", "", "Serve the kubelet API of this chassis' instances (kubectl exec and logs) on IP:port; the IP is the one enrolled with --address. Empty serves none.")
+	fs.StringVar(&kubeletClientCA, "kubelet-client-ca-file", "", "The CA of the client certificates the kubelet API accepts: the cluster's, which signs the API server's --kubelet-client-certificate.")
+	fs.StringVar(&kubeletCert, "kubelet-tls-cert-file", "", "The kubelet API's serving certificate; with --kubelet-tls-key-file. Empty: a self-signed one.")
+	fs.StringVar(&kubeletKey, "kubelet-tls-key-file", "", "The kubelet API's serving key.")
 	fs.DurationVar(&heartbeat, "heartbeat-interval", 10*time.Second, "How often the heartbeat Lease is renewed.")
 	fs.DurationVar(&facts, "facts-interval", 5*time.Minute, "How often the hardware facts are reported again.")
 	fs.DurationVar(&tokenTTL, "token-ttl", time.Hour, "The lifetime of each token the agent requests for itself.")
@@ -154,6 +159,7 @@ func main() {
 			HeartbeatInterval: heartbeat, FactsInterval: facts, TokenFile: tokenFile, TokenTTL: tokenTTL,
 			ImageCacheBudget: budget, PullConcurrency: pullConcurrency, RegistryAuth: auth,
 			Clock: clock.RealClock{}, Log: log, NewMachineID: instances.RandomMachineID,
+			KubeletAddress: kubeletAddress, KubeletClientCAFile: kubeletClientCA, KubeletCertFile: kubeletCert, KubeletKeyFile: kubeletKey,
 		})
 		if errors.Is(err, agent.ErrHostRebooted) {
 			return afterReboot(ctx, log, driverName, simRebootTime)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/enroll"
 	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
 	"github.com/boualleiguie/macrack-operator/internal/simfleet"
+	"github.com/boualleiguie/macrack-operator/test/kubeletca"
 	"github.com/boualleiguie/macrack-operator/test/registry"
 )
 
@@ -33,7 +35,9 @@ import (
 const (
 	defaultFleetSize = 4
 	inProcessAbove   = 8
-	fleetClass       = "m4-16g-1t"
+	// kubeletPort is the agents' kubelet API port, each on its own address.
+	kubeletPort = 10250
+	fleetClass  = "m4-16g-1t"
 	// enrollWorkers enroll a large fleet side by side.
 	enrollWorkers = 16
 )
@@ -53,7 +57,12 @@ type fleet struct {
 // (macrackctl node enroll), each with its own bootstrap kubeconfig,
 // identity and state directory, and starts their agents: one process per
 // mini, or one simfleet process for them all past inProcessAbove.
-func startFleet(ctx context.Context, env *envtest.Environment, root string, n int) (*fleet, func(), error) {
+//
+// Each agent process serves its instances' kubelet API on its own
+// loopback address, 127.0.0.(10+i), enrolled as its chassis' address:
+// kubectl exec and logs reach the sim VMs through the API server, which
+// presents ca's client certificate. The in-process fleet serves none.
+func startFleet(ctx context.Context, env *envtest.Environment, root string, n int, ca *kubeletca.CA) (*fleet, func(), error) {
 	var agents []*child
 	f := &fleet{}
 	stateRoot, err := os.MkdirTemp("", "macrack-fleet-")
@@ -78,6 +87,9 @@ func startFleet(ctx context.Context, env *envtest.Environment, root string, n in
 	if err != nil {
 		return f, cleanup, err
 	}
+	if err := c.Create(ctx, kubeletca.KubeletAPIAdminBinding()); client.IgnoreAlreadyExists(err) != nil {
+		return f, cleanup, fmt.Errorf("binding the API server's kubelet client: %w", err)
+	}
 	for _, file := range []string{
 		"config/rbac/agent_role.yaml", "config/rbac/tenant_roles.yaml",
 		"config/samples/fleet_v1alpha1_macnodeclass.yaml",
@@ -94,7 +106,13 @@ func startFleet(ctx context.Context, env *envtest.Environment, root string, n in
 	for i := range serials {
 		serials[i] = fmt.Sprintf("C02SIM%06d", i+1)
 	}
-	if err := enrollAll(ctx, c, env, stateRoot, serials); err != nil {
+	addresses := map[string]string{}
+	if n <= inProcessAbove {
+		for i, serial := range serials {
+			addresses[serial] = fmt.Sprintf("127.0.0.%d", 10+i)
+		}
+	}
+	if err := enrollAll(ctx, c, env, stateRoot, serials, addresses); err != nil {
 		return f, cleanup, err
 	}
 	if n > inProcessAbove {
@@ -115,6 +133,7 @@ func startFleet(ctx context.Context, env *envtest.Environment, root string, n in
 			"--serial=" + serial, "--kubeconfig=" + filepath.Join(dir, simfleet.BootstrapKubeconfig), "--state-dir=" + dir,
 			"--agents-namespace=" + agentsNamespace, "--vm-helper=" + filepath.Join(bin, "vm-helper"),
 			"--heartbeat-interval=5s", "--zap-log-level=info",
+			"--kubelet-address=" + net.JoinHostPort(addresses[serial], strconv.Itoa(kubeletPort)), "--kubelet-client-ca-file=" + ca.CAFile,
 		})
 		if err != nil {
 			return f, cleanup, err
@@ -127,12 +146,12 @@ func startFleet(ctx context.Context, env *envtest.Environment, root string, n in
 
 // enrollAll enrolls each serial, as `macrackctl node enroll` does, and
 // writes its bootstrap kubeconfig into the mini's state directory.
-func enrollAll(ctx context.Context, c client.Client, env *envtest.Environment, stateRoot string, serials []string) error {
+func enrollAll(ctx context.Context, c client.Client, env *envtest.Environment, stateRoot string, serials []string, addresses map[string]string) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(enrollWorkers)
 	for _, serial := range serials {
 		g.Go(func() error {
-			kc, err := enroll.Enroll(ctx, c, env.Config, enroll.Options{Serial: serial, Class: fleetClass,
+			kc, err := enroll.Enroll(ctx, c, env.Config, enroll.Options{Serial: serial, Class: fleetClass, Address: addresses[serial],
 				AgentsNamespace: agentsNamespace, TokenTTL: 24 * time.Hour})
 			if err != nil {
 				return fmt.Errorf("enrolling %s: %w", serial, err)

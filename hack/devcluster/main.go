@@ -26,6 +26,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/boualleiguie/macrack-operator/test/kubeletca"
+
 	"github.com/boualleiguie/macrack-operator/internal/enroll"
 )
 
@@ -67,6 +69,18 @@ func run(root, extraArgs string, fleetSize, jetStreamServers int) error {
 		// writes the serving certificate into LocalServingCertDir.
 		WebhookInstallOptions: envtest.WebhookInstallOptions{Paths: []string{filepath.Join(root, "config", "webhook")}},
 	}
+	// The API server's kubelet client, which the agents' kubelet API
+	// trusts: kubectl exec and logs reach the sim VMs through it.
+	caDir, err := os.MkdirTemp("", "macrack-kubelet-ca-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(caDir)
+	kubeletCA, err := kubeletca.New(caDir)
+	if err != nil {
+		return err
+	}
+	kubeletCA.Configure(env)
 	fmt.Println("devcluster: starting etcd and kube-apiserver from bin/k8s")
 	if _, err := env.Start(); err != nil {
 		_ = env.Stop()
@@ -134,7 +148,7 @@ func run(root, extraArgs string, fleetSize, jetStreamServers int) error {
 		return err
 	}
 
-	fl, cleanup, err := startFleet(ctx, env, root, fleetSize)
+	fl, cleanup, err := startFleet(ctx, env, root, fleetSize, kubeletCA)
 	defer cleanup()
 	if err != nil {
 		return err

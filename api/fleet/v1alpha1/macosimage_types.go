@@ -36,6 +36,23 @@ type MacOSImageSpec struct {
 	// prePull has the golden pulled onto chassis before any tenant asks.
 	// +optional
 	PrePull *PrePull `json:"prePull,omitempty"`
+
+	// loginUser is the golden's login user: kubectl exec runs commands in
+	// the guest as this user. Empty means admin, as in the public Tart
+	// goldens.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_-]*$`
+	LoginUser string `json:"loginUser,omitempty"`
+}
+
+// LoginUserOrDefault is the user kubectl exec runs as in this golden's
+// guests.
+func (s *MacOSImageSpec) LoginUserOrDefault() string {
+	if s.LoginUser == "" {
+		return DefaultLoginUser
+	}
+	return s.LoginUser
 }
 
 // PrePull names the chassis that hold a golden before it is asked for.

@@ -41,6 +41,10 @@ const (
 	// serves no other.
 	InstanceContainer = "macos"
 
+	// DefaultLoginUser is the guest user kubectl exec runs as when the
+	// MacOSImage names none: the public Tart goldens' admin.
+	DefaultLoginUser = "admin"
+
 	// InstancePodLabel marks an instance's Pod, which the operator makes in
 	// the tenant's namespace: its informer caches these Pods only. A tenant
 	// can write it on Pods of its own, so it selects, and never proves: the

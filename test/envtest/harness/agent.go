@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,6 +77,12 @@ type AgentOptions struct {
 	// HelperArgs are added to each vm-helper's command line, for example
 	// --sim-shutdown-time.
 	HelperArgs []string
+	// Address, if set, is the chassis' enrolled address, where the agent
+	// serves its instances' kubelet API on KubeletPort, trusting the
+	// client certificates of KubeletClientCAFile (kubeletca).
+	Address             string
+	KubeletPort         int
+	KubeletClientCAFile string
 }
 
 // StartAgent enrolls the chassis (as macrackctl node enroll does) if need
@@ -90,7 +97,7 @@ func (e *Env) StartAgent(o AgentOptions) (*Agent, error) {
 		}
 		o.StateDir = d
 	}
-	kc, err := enroll.Enroll(ctx, e.Client, e.Config, enroll.Options{Serial: o.Serial, Class: o.Class,
+	kc, err := enroll.Enroll(ctx, e.Client, e.Config, enroll.Options{Serial: o.Serial, Class: o.Class, Address: o.Address,
 		AgentsNamespace: AgentsNamespace, TokenTTL: time.Hour})
 	if err != nil {
 		return nil, err
@@ -137,6 +144,10 @@ func (e *Env) StartAgent(o AgentOptions) (*Agent, error) {
 		Clock: clock.RealClock{}, Log: o.Log, NewMachineID: instances.RandomMachineID, Poll: time.Second,
 		BootID: boot, SimKernel: kernel, StopGrace: o.StopGrace,
 		Rebooter: host.SimRebooter{HelperDir: filepath.Join(o.StateDir, "run"), Kernel: kernel, Boot: boot, Log: o.Log.WithName("reboot")},
+	}
+	if o.Address != "" {
+		config.KubeletAddress = net.JoinHostPort(o.Address, strconv.Itoa(o.KubeletPort))
+		config.KubeletClientCAFile = o.KubeletClientCAFile
 	}
 	rebootTime := o.RebootTime
 	if rebootTime <= 0 {
