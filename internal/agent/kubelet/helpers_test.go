@@ -2,6 +2,7 @@ package kubelet
 
 import (
 	"context"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/client-go/rest"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -181,6 +183,12 @@ func (g *fakeGuests) Logs(ctx context.Context, inst *computev1alpha1.MacOSInstan
 	return g.logs(ctx, inst, o, w)
 }
 
+func (g *fakeGuests) called() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.calls
+}
+
 // logLines collects a logger's lines. Streaming handlers may log after a
 // test ends, where t.Log would panic.
 type logLines struct {
@@ -234,6 +242,18 @@ func newTestServer(t *testing.T, g Guests) *testServer {
 		}
 	})
 	return ts
+}
+
+// restConfig is a client's configuration for the test server, with token
+// as its bearer token (none if empty).
+func (ts *testServer) restConfig(token string) *rest.Config {
+	return &rest.Config{
+		Host:        ts.URL,
+		BearerToken: token,
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw}),
+		},
+	}
 }
 
 // get GETs path with token.
