@@ -22,6 +22,7 @@ func (s *Server) routes() http.Handler {
 		mux.HandleFunc(method+" /attach/{namespace}/{pod}/{container}", s.serveAttach)
 		mux.HandleFunc(method+" /attach/{namespace}/{pod}/{uid}/{container}", s.serveAttach)
 	}
+	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.serveLogs)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok"))
