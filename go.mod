@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/Code-Hex/vz/v3 v3.7.1
+	github.com/creack/pty v1.1.24
 	github.com/go-logr/logr v1.4.4
 	github.com/google/cel-go v0.29.2
 	github.com/mdlayher/vsock v1.4.0

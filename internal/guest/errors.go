@@ -50,3 +50,10 @@ var (
 	// ErrNoWorkload means a guest agent that runs no workloads.
 	ErrNoWorkload = errors.New("this guest runs no workloads")
 )
+
+// Sentinel errors of exec.
+var (
+	// ErrCommandNotFound means an exec whose argv[0] the guest found
+	// neither as a path nor in the user's PATH: nothing ran.
+	ErrCommandNotFound = errors.New("command not found")
+)
