@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/Code-Hex/vz/v3 v3.7.1
 	github.com/cloudevents/sdk-go/v2 v2.16.2
+	github.com/creack/pty v1.1.24
 	github.com/go-logr/logr v1.4.4
 	github.com/google/cel-go v0.29.2
 	github.com/klauspost/compress v1.20.3
@@ -20,6 +21,7 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	github.com/schollz/progressbar/v3 v3.19.0
 	go.uber.org/zap v1.27.1
+	golang.org/x/crypto v0.58.0
 	golang.org/x/sync v0.24.0
 	golang.org/x/sys v0.49.0
 	golang.org/x/tools v0.51.0
@@ -151,7 +153,6 @@ require (
 	go.uber.org/multierr v1.11.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
-	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/exp v0.0.0-20260908205506-85c1c2202aba // indirect
 	golang.org/x/mod v0.41.0 // indirect
 	golang.org/x/net v0.62.0 // indirect

@@ -1,7 +1,9 @@
 // Command guest-agent runs inside each macOS VM as a launchd daemon and
 // answers the host agent's reports over vsock: boot stage, Xcode versions,
 // disk headroom and readiness for work. Asked to, it shuts macOS down: the
-// gentlest way the host stops a VM.
+// gentlest way the host stops a VM. It serves the host's exec and logs
+// sessions: commands run as the login user the host names, and its logs
+// are its own journal.
 package main
 
 import (
@@ -75,6 +77,20 @@ func run(ctx context.Context, log logr.Logger, opts options) error {
 		MinHeadroomBytes: opts.minHeadroom,
 	}, boot, clk, log.WithName("reporter"))
 
+	// The agent's journal, which the host reads through a session's Logs.
+	journal := guest.NewJournal(guest.JournalOptions{Clock: clk})
+	server := guest.NewServer(reporter, log.WithName("server"), guest.ServerOptions{
+		AgentVersion: version,
+		IdleTimeout:  opts.idleTimeout,
+		Clock:        clk,
+		Shutdown:     shutdownGuest,
+		Workload:     workload(ctx, opts, clk, log),
+		// Running as root, it runs commands as the user the host names.
+		Exec:    &guest.UnixExecutor{},
+		Journal: journal,
+	})
+	server.NoteBootStage(boot.Stage())
+
 	l, err := guest.Listen(uint32(opts.port))
 	if err != nil {
 		return err
@@ -83,16 +99,10 @@ func run(ctx context.Context, log logr.Logger, opts options) error {
 		l.Close()
 		return err
 	}
+	server.NoteBootStage(guest.BootStageAgentStarted)
 	log.Info("Guest agent listening", "addr", l.Addr().String(), "version", version)
-	go becomeReady(ctx, log, clk, boot, reporter)
+	go becomeReady(ctx, log, clk, boot, reporter, server.NoteBootStage)
 
-	server := guest.NewServer(reporter, log.WithName("server"), guest.ServerOptions{
-		AgentVersion: version,
-		IdleTimeout:  opts.idleTimeout,
-		Clock:        clk,
-		Shutdown:     shutdownGuest,
-		Workload:     workload(ctx, opts, clk, log),
-	})
 	if err := server.Serve(ctx, l); err != nil {
 		return fmt.Errorf("serving: %w", err)
 	}
@@ -116,7 +126,7 @@ func workload(ctx context.Context, opts options, clk clock.PassiveClock, log log
 
 // becomeReady retries the reporter's self-check until it passes, then moves
 // the boot stage to ready: early in boot the data volume may not be mounted.
-func becomeReady(ctx context.Context, log logr.Logger, clk clock.Clock, boot *guest.BootState, reporter *guest.SystemReporter) {
+func becomeReady(ctx context.Context, log logr.Logger, clk clock.Clock, boot *guest.BootState, reporter *guest.SystemReporter, note func(guest.BootStage)) {
 	for {
 		err := reporter.SelfCheck()
 		if err == nil {
@@ -124,6 +134,7 @@ func becomeReady(ctx context.Context, log logr.Logger, clk clock.Clock, boot *gu
 				log.Error(err, "Advancing the boot stage failed")
 				return
 			}
+			note(guest.BootStageReady)
 			log.Info("Guest ready")
 			return
 		}

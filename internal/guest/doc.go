@@ -13,6 +13,8 @@
 //	guest → host  ConfigureAck{}                           or Error
 //	host → guest  ShutdownRequest{}                        (since 1.1)
 //	guest → host  ShutdownAck{}, then the guest shuts down  or Error
+//	host → guest  Session{user}                            (since 1.3)
+//	guest → host  SessionAck{}, then SSH on the stream      or Error
 //
 // Configure hands the guest the plaintext of its instance's sealed
 // spec.guestConfig, a Config in JSON (a CI runner's URL and token), which
@@ -27,9 +29,27 @@
 // Workload, so that a job that runs is reported failed before the VM
 // powers off.
 //
+// A Session (the SessionRequest message) turns the connection into an
+// exec and logs session, once and for good: after the SessionAck no frame
+// follows, and the stream carries an SSH connection, the host its client
+// and the guest its server, with no deadlines (the frames' idle timeout
+// does not apply) until either side closes it. SSH is only the channel
+// multiplexer here: the stream is the VM's own vsock through its helper,
+// so the VM boundary authenticates both ends; the guest's host key is an
+// ephemeral ed25519 key no one checks, and it asks no credentials. Each
+// command (Session.Exec) is a "session" channel: an optional "pty-req",
+// its argv in an "exec-argv@macrack.io" request (JSON, never a shell
+// string), stdin, stdout and stderr (extended data), "window-change", and
+// "exit-status" or "exit-signal" back, or "exec-error@macrack.io" when
+// nothing ran; the host closing the channel kills the command's process
+// group. The guest agent's Journal streams on a "logs@macrack.io" channel
+// (Session.Logs). The user a Session names is the guest login user the
+// commands run as. The journal and the exec log argv[0] only: arguments,
+// like a Config, may hold secrets.
+//
 // A host checks the guest's version in its HelloAck before it sends what
 // the guest may not know: a ShutdownRequest to a 1.1 guest or later, a
-// Configure to a 1.2 guest or later. An older guest would close the
+// Configure to a 1.2 guest or later, a Session to a 1.3 guest or later. An older guest would close the
 // connection on the unknown frame. What a newer guest adds to a Report an
 // older host ignores.
 //
@@ -38,7 +58,7 @@
 //	offset size  field
 //	0      3     magic "MRG"
 //	3      1     frame format version (FrameVersion, 1)
-//	4      1     message type (TypeHello … TypeConfigureAck)
+//	4      1     message type (TypeHello … TypeSessionAck)
 //	5      4     payload length, big-endian, 1 … MaxPayloadSize
 //	9      n     payload: one UTF-8 JSON object
 //

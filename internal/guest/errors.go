@@ -50,3 +50,13 @@ var (
 	// ErrNoWorkload means a guest agent that runs no workloads.
 	ErrNoWorkload = errors.New("this guest runs no workloads")
 )
+
+// Sentinel errors of protocol 1.3's exec and logs sessions.
+var (
+	// ErrSessionUnsupported means a guest agent of a protocol before 1.3,
+	// which cannot open an exec and logs session.
+	ErrSessionUnsupported = errors.New("guest agent cannot open exec and logs sessions")
+	// ErrCommandNotFound means an exec whose argv[0] the guest found
+	// neither as a path nor in the user's PATH: nothing ran.
+	ErrCommandNotFound = errors.New("command not found")
+)

@@ -39,6 +39,9 @@ const (
 	// Since protocol 1.2.
 	TypeConfigure    MessageType = 8
 	TypeConfigureAck MessageType = 9
+	// Since protocol 1.3.
+	TypeSession    MessageType = 10
+	TypeSessionAck MessageType = 11
 )
 
 // String names t for logs and errors.
@@ -62,13 +65,17 @@ func (t MessageType) String() string {
 		return "Configure"
 	case TypeConfigureAck:
 		return "ConfigureAck"
+	case TypeSession:
+		return "Session"
+	case TypeSessionAck:
+		return "SessionAck"
 	}
 	return fmt.Sprintf("MessageType(%d)", byte(t))
 }
 
 // known reports whether t is a message type of this protocol.
 func (t MessageType) known() bool {
-	return t >= TypeHello && t <= TypeConfigureAck
+	return t >= TypeHello && t <= TypeSessionAck
 }
 
 // Frame is one decoded frame: a known type and a payload that is a JSON

@@ -39,6 +39,8 @@ func TestEveryMessageSurvivesAWriteAndARead(t *testing.T) {
 		{"a ShutdownAck is an empty object", ShutdownAck{}},
 		{"a Configure carries its config as it is", Configure{Config: json.RawMessage(`{"version":1,"runner":{"url":"https://gitlab.example.com","token":"glrt-x"}}`)}},
 		{"a ConfigureAck is an empty object", ConfigureAck{}},
+		{"a Session carries its user", SessionRequest{User: "admin"}},
+		{"a SessionAck is an empty object", SessionAck{}},
 		{"a Report carries whether the guest is configured, and its job", Report{BootStage: "ready", XcodeVersions: []string{"16.2"}, Time: at,
 			Configured: true, Job: &JobReport{Phase: JobFailed, ID: 4242, StartedAt: &at, FinishedAt: &at, QueuedSeconds: ptrTo(int64(7)),
 				FailureReason: "script_failure", ExitCode: ptrTo(int32(2))}}},
@@ -77,7 +79,7 @@ func TestReadFrameRefusesEachKindOfBadFrame(t *testing.T) {
 		{"an HTTP request is refused as bad magic", []byte("GET / HTTP/1.1\r\n\r\n"), ErrBadMagic, "magic"},
 		{"a frame format version 2 is refused", rawFrame("MRG\x02", 1, 2, "{}"), ErrUnsupportedVersion, "frame format version 2"},
 		{"message type 0 is refused", rawFrame("MRG\x01", 0, 2, "{}"), ErrUnknownType, "0"},
-		{"message type 10, after ConfigureAck, is refused", rawFrame("MRG\x01", 10, 2, "{}"), ErrUnknownType, "10"},
+		{"message type 12, after SessionAck, is refused", rawFrame("MRG\x01", 12, 2, "{}"), ErrUnknownType, "12"},
 		{"a length over the limit is refused", rawFrame("MRG\x01", 4, MaxPayloadSize+1, ""), ErrFrameTooLarge, "65537"},
 		{"the largest length is refused", rawFrame("MRG\x01", 4, 0xFFFFFFFF, ""), ErrFrameTooLarge, "4294967295"},
 		{"an empty payload is refused", rawFrame("MRG\x01", 3, 0, ""), ErrMalformed, "empty"},
@@ -160,7 +162,7 @@ func TestTheFramesOfProtocol12DecodeAndRefuseWhatIsNotTheirs(t *testing.T) {
 			}
 		})
 	}
-	for _, mt := range []MessageType{TypeConfigure, TypeConfigureAck} {
+	for _, mt := range []MessageType{TypeConfigure, TypeConfigureAck, TypeSession, TypeSessionAck} {
 		if !mt.known() || strings.HasPrefix(mt.String(), "MessageType(") {
 			t.Errorf("type %d is not a known, named type: %s", byte(mt), mt)
 		}
@@ -207,7 +209,7 @@ func TestWriteFrameRefusesWhatReadFrameWould(t *testing.T) {
 		want error
 	}{
 		{"a payload over the limit", Frame{Type: TypeError, Payload: big}, ErrFrameTooLarge},
-		{"an unknown type", Frame{Type: 10, Payload: []byte("{}")}, ErrUnknownType},
+		{"an unknown type", Frame{Type: 12, Payload: []byte("{}")}, ErrUnknownType},
 		{"an empty payload", Frame{Type: TypeReportRequest}, ErrMalformed},
 		{"a payload that is not an object", Frame{Type: TypeHello, Payload: []byte(`"1.0"`)}, ErrMalformed},
 	} {
@@ -288,7 +290,7 @@ func FuzzReadFrame(f *testing.F) {
 	f.Add(rawFrame("MRG\x01", 8, 13, `{"config":[]}`))
 	f.Add(rawFrame("MRG\x01", 8, 12, `{"config":1`))
 	f.Add(rawFrame("MRG\x01", 4, 23, `{"job":{"phase":"Gone"}}`))
-	f.Add(rawFrame("MRG\x01", 10, 2, "{}"))
+	f.Add(rawFrame("MRG\x01", 12, 2, "{}"))
 
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fr, err := ReadFrame(bytes.NewReader(data))

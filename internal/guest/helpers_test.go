@@ -240,3 +240,43 @@ func frameBytes(t *testing.T, m Message) []byte {
 	}
 	return buf.Bytes()
 }
+
+// syncBuffer is a bytes.Buffer safe to read while a command writes it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// eventually polls cond until it holds, or fails the test after waitLimit.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// streamAll is the whole journal.
+func streamAll(t *testing.T, j *Journal) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := j.Stream(context.Background(), &b, LogOptions{}); err != nil {
+		t.Fatalf("Stream: %v", err)
+	}
+	return b.String()
+}

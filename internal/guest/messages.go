@@ -13,18 +13,20 @@ import (
 // bump only adds optional fields or requests an older peer need not know;
 // a major bump changes meaning, and peers of different majors refuse each
 // other. 1.1 adds ShutdownRequest and ShutdownAck; 1.2 adds Configure and
-// ConfigureAck, and a Report's configured and job.
-const ProtocolVersion = "1.2"
+// ConfigureAck, and a Report's configured and job; 1.3 adds Session and
+// SessionAck, after which the connection carries an exec and logs session.
+const ProtocolVersion = "1.3"
 
 // The first minor version of major 1 with each addition.
 const (
 	shutdownMinor  = 1
 	configureMinor = 2
+	sessionMinor   = 3
 )
 
 // Message is one of the protocol's messages: Hello, HelloAck,
 // ReportRequest, Report, ShutdownRequest, ShutdownAck, Configure,
-// ConfigureAck or Error.
+// ConfigureAck, SessionRequest, SessionAck or Error.
 type Message interface {
 	// Type is the frame type that carries the message.
 	Type() MessageType
@@ -133,6 +135,20 @@ type Configure struct {
 // Since 1.2.
 type ConfigureAck struct{}
 
+// SessionRequest, the Session message (TypeSession), asks the guest to
+// turn the connection into an exec and logs session, host to guest: after
+// the guest's SessionAck, the same stream carries an SSH connection (the
+// host its client, the guest its server) whose channels are the session's
+// commands and log streams. (Session is the host's handle on one.) Since 1.3.
+type SessionRequest struct {
+	// User is the guest login user that commands run as, such as "admin".
+	User string `json:"user"`
+}
+
+// SessionAck says the guest switched the connection to the session's SSH
+// connection, guest to host: no frame follows, either way. Since 1.3.
+type SessionAck struct{}
+
 // Error codes: why a peer sent an Error.
 const (
 	// CodeMalformed answers a frame that could not be decoded.
@@ -152,11 +168,14 @@ const (
 	// invalid Config, a guest that runs no workloads, or one configured
 	// with another Config already; the connection stays open.
 	CodeConfigureFailed = "configure-failed"
+	// CodeSessionFailed answers a Session the guest could not open (no
+	// user, or no host key); the connection stays open, in frames.
+	CodeSessionFailed = "session-failed"
 )
 
 // Error reports a failure to the peer, either way. After any code but
-// CodeReportFailed, CodeShutdownFailed and CodeConfigureFailed the sender
-// closes the connection.
+// CodeReportFailed, CodeShutdownFailed, CodeConfigureFailed and
+// CodeSessionFailed the sender closes the connection.
 type Error struct {
 	Code    string `json:"code,omitempty"`
 	Message string `json:"message"`
@@ -188,6 +207,12 @@ func (Configure) Type() MessageType { return TypeConfigure }
 
 // Type implements Message.
 func (ConfigureAck) Type() MessageType { return TypeConfigureAck }
+
+// Type implements Message.
+func (SessionRequest) Type() MessageType { return TypeSession }
+
+// Type implements Message.
+func (SessionAck) Type() MessageType { return TypeSessionAck }
 
 // Encode marshals m into a frame, refusing one over MaxPayloadSize.
 func Encode(m Message) (Frame, error) {
@@ -231,6 +256,10 @@ func (f Frame) Decode() (Message, error) {
 		m, err = unmarshal[Configure](f.Payload)
 	case TypeConfigureAck:
 		m, err = unmarshal[ConfigureAck](f.Payload)
+	case TypeSession:
+		m, err = unmarshal[SessionRequest](f.Payload)
+	case TypeSessionAck:
+		m, err = unmarshal[SessionAck](f.Payload)
 	default:
 		return nil, fmt.Errorf("%w: %d", ErrUnknownType, byte(f.Type))
 	}
@@ -290,6 +319,11 @@ func knowsShutdown(v string) bool { return atLeast(v, shutdownMinor) }
 // HelloAck's) understands a Configure: one older would close the
 // connection on the unknown frame.
 func KnowsConfigure(v string) bool { return atLeast(v, configureMinor) }
+
+// KnowsSession reports whether a guest agent of protocol version v (its
+// HelloAck's) can open an exec and logs session: one older would close the
+// connection on the unknown frame.
+func KnowsSession(v string) bool { return atLeast(v, sessionMinor) }
 
 // atLeast reports whether v is 1.minor or later.
 func atLeast(v string, minor int) bool {

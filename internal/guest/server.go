@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/crypto/ssh"
 	"k8s.io/utils/clock"
 )
 
@@ -45,7 +46,8 @@ type ServerOptions struct {
 	AgentVersion string
 	// HandshakeTimeout bounds the wait for Hello after accepting.
 	HandshakeTimeout time.Duration
-	// IdleTimeout bounds the wait for each following request.
+	// IdleTimeout bounds the wait for each following request; a session,
+	// once opened, has none.
 	IdleTimeout time.Duration
 	// WriteTimeout bounds each answer's write.
 	WriteTimeout time.Duration
@@ -69,6 +71,13 @@ type ServerOptions struct {
 	ConfigureTimeout time.Duration
 	// StopTimeout bounds Workload.Stop before a shutdown.
 	StopTimeout time.Duration
+	// Exec, if set, runs the commands of the host's exec sessions. Without
+	// it, a session's exec is refused: exec is not supported by this guest.
+	Exec Executor
+	// Journal, if set, is the agent's log, which the server writes (its
+	// start, boot stages, configuration, job phases, sessions and execs)
+	// and a session's Logs reads. Without it, Logs is refused.
+	Journal *Journal
 }
 
 // Server is the guest side: it answers the host's handshake, report and
@@ -77,6 +86,18 @@ type Server struct {
 	reporter Reporter
 	log      logr.Logger
 	opts     ServerOptions
+	// version is the protocol the server speaks: ProtocolVersion, or an
+	// older one in tests that play an older guest agent.
+	version string
+
+	keyOnce sync.Once
+	hostKey ssh.Signer
+	keyErr  error
+
+	// What the journal last said, to note only changes.
+	noted sync.Mutex
+	stage string
+	job   string
 }
 
 // NewServer returns a Server answering ReportRequests with reporter.
@@ -102,7 +123,50 @@ func NewServer(reporter Reporter, log logr.Logger, opts ServerOptions) *Server {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	return &Server{reporter: reporter, log: log, opts: opts}
+	s := &Server{reporter: reporter, log: log, opts: opts, version: ProtocolVersion}
+	s.opts.Journal.Addf("guest agent %s started, protocol %s", opts.AgentVersion, s.version)
+	return s
+}
+
+// NoteBootStage writes the boot stage to the journal, unless it is the one
+// the journal said last. The server notes the stage of every Report it
+// sends; an agent notes its stages as it moves through them.
+func (s *Server) NoteBootStage(stage BootStage) {
+	s.noted.Lock()
+	defer s.noted.Unlock()
+	if string(stage) == s.stage || stage == "" {
+		return
+	}
+	s.stage = string(stage)
+	s.opts.Journal.Addf("boot stage: %s", stage)
+}
+
+// noteJob writes the job's phase to the journal when it changed.
+func (s *Server) noteJob(configured bool, job *JobReport) {
+	var line string
+	switch {
+	case job != nil && job.ID != 0:
+		line = fmt.Sprintf("job %d: %s", job.ID, job.Phase)
+	case job != nil:
+		line = fmt.Sprintf("job: %s", job.Phase)
+	case configured:
+		line = "job: none yet"
+	}
+	if job != nil && job.Phase.Ended() {
+		if job.FailureReason != "" {
+			line += ", " + job.FailureReason
+		}
+		if job.ExitCode != nil {
+			line += fmt.Sprintf(", exit code %d", *job.ExitCode)
+		}
+	}
+	s.noted.Lock()
+	defer s.noted.Unlock()
+	if line == s.job || line == "" {
+		return
+	}
+	s.job = line
+	s.opts.Journal.Add(line)
 }
 
 // Serve accepts connections on l and serves each in its own goroutine until
@@ -148,8 +212,9 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 
 // ServeConn serves one connection until it ends or ctx does, then closes
 // it: handshake, then one Report per ReportRequest, a ConfigureAck or an
-// Error to a Configure, and a ShutdownAck to a ShutdownRequest, after which
-// the connection ends. Any fault closes this connection only. ctx is also
+// Error to a Configure, a ShutdownAck to a ShutdownRequest, after which
+// the connection ends, and a SessionAck to a Session, after which the
+// connection is that exec and logs session's until it ends. Any fault closes this connection only. ctx is also
 // what the Reporter, the Workload and Shutdown are given.
 func (s *Server) ServeConn(ctx context.Context, conn net.Conn) {
 	log := s.log.WithValues("remoteAddr", conn.RemoteAddr().String())
@@ -165,7 +230,7 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) {
 		return
 	}
 	log.V(1).Info("Host shook hands", "protocolVersion", hello.ProtocolVersion)
-	if err := s.write(conn, HelloAck{ProtocolVersion: ProtocolVersion, AgentVersion: s.opts.AgentVersion}); err != nil {
+	if err := s.write(conn, HelloAck{ProtocolVersion: s.version, AgentVersion: s.opts.AgentVersion}); err != nil {
 		s.writeFailed(ctx, log, err)
 		return
 	}
@@ -190,6 +255,15 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) {
 				s.writeFailed(ctx, log, err)
 				return
 			}
+		case SessionRequest:
+			done, err := s.answerSession(ctx, log, conn, req)
+			if err != nil {
+				s.writeFailed(ctx, log, err)
+				return
+			}
+			if done {
+				return
+			}
 		default:
 			if err := s.answerReport(ctx, log, conn); err != nil {
 				s.writeFailed(ctx, log, err)
@@ -212,14 +286,14 @@ func (s *Server) readHello(conn net.Conn) (Hello, error) {
 	if !ok {
 		return Hello{}, fmt.Errorf("%w: %s before Hello", ErrUnexpectedMessage, m.Type())
 	}
-	if err := compatible(ProtocolVersion, hello.ProtocolVersion); err != nil {
+	if err := compatible(s.version, hello.ProtocolVersion); err != nil {
 		return Hello{}, fmt.Errorf("host Hello: %w", err)
 	}
 	return hello, nil
 }
 
 // readRequest waits up to the idle timeout for the next request: a
-// ReportRequest, a Configure or a ShutdownRequest.
+// ReportRequest, a Configure, a ShutdownRequest or a Session.
 func (s *Server) readRequest(conn net.Conn) (Message, error) {
 	if err := conn.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout)); err != nil {
 		return nil, fmt.Errorf("setting the idle deadline: %w", err)
@@ -239,6 +313,10 @@ func (s *Server) readRequest(conn net.Conn) (Message, error) {
 	switch m.(type) {
 	case ReportRequest, ShutdownRequest, Configure:
 		return m, nil
+	case SessionRequest:
+		if KnowsSession(s.version) {
+			return m, nil
+		}
 	}
 	return nil, fmt.Errorf("%w: %s after the handshake", ErrUnexpectedMessage, m.Type())
 }
@@ -266,6 +344,7 @@ func (s *Server) answerShutdown(ctx context.Context, log logr.Logger, conn net.C
 		return false, s.write(conn, errorMessage(CodeShutdownFailed, err))
 	}
 	log.Info("Shutting the guest down, as the host asked")
+	s.opts.Journal.Add("shutting down, as the host asked")
 	return true, s.write(conn, ShutdownAck{})
 }
 
@@ -278,9 +357,11 @@ func (s *Server) answerConfigure(ctx context.Context, log logr.Logger, conn net.
 	clear(req.Config)
 	if err != nil {
 		log.Error(err, "Configuring the guest failed")
+		s.opts.Journal.Add("a configuration was refused")
 		return s.write(conn, errorMessage(CodeConfigureFailed, err))
 	}
 	log.Info("Configured the guest, as the host asked")
+	s.opts.Journal.Add("workload configured")
 	return s.write(conn, ConfigureAck{})
 }
 
@@ -310,6 +391,10 @@ func (s *Server) answerReport(ctx context.Context, log logr.Logger, conn net.Con
 	if err == nil && s.opts.Workload != nil {
 		// The workload's word, not the Reporter's: one place knows it.
 		r.Configured, r.Job = s.opts.Workload.Status()
+	}
+	if err == nil {
+		s.NoteBootStage(BootStage(r.BootStage))
+		s.noteJob(r.Configured, r.Job)
 	}
 	if err == nil {
 		// Encoding first turns a Report we cannot send into an Error the

@@ -1,12 +1,17 @@
 // Package simguest plays the guest agent inside sim VMs: the real
 // internal/guest server, fed by a reporter that describes a booted macOS
-// with the configured Xcode versions. The host side cannot tell it from a
+// with the configured Xcode versions, with a journal and exec sessions
+// that run commands on the sim's host. The host side cannot tell it from a
 // guest inside a real VM, which is the point.
 package simguest
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"os"
+	"os/user"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -14,6 +19,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/boualleiguie/macrack-operator/internal/agent/driver/sim"
+	"github.com/boualleiguie/macrack-operator/internal/agent/vmspec"
 	"github.com/boualleiguie/macrack-operator/internal/guest"
 )
 
@@ -55,12 +61,17 @@ func WithWorkload(newWorkload func(vmCtx context.Context) guest.Workload) Option
 }
 
 // Handler returns the sim driver's guest handler: each vsock connection on
-// the guest agent's port is served by the real guest.Server. A
-// ShutdownRequest powers the connection's own sim VM off cleanly
-// (sim.ShutdownGuest), as `shutdown -h now` powers off a macOS guest; a
-// sim guest that ignores shutdown requests acknowledges and stays up.
-// Without WithWorkload, a guest answers a Configure that it runs no
-// workloads.
+// the guest agent's port is served by the real guest.Server, one per boot
+// of each VM, with a journal of its own. A ShutdownRequest powers the
+// connection's own sim VM off cleanly (sim.ShutdownGuest), as `shutdown -h
+// now` powers off a macOS guest; a sim guest that ignores shutdown
+// requests acknowledges and stays up. Without WithWorkload, a guest
+// answers a Configure that it runs no workloads.
+//
+// Every sim guest serves exec and logs sessions. Its commands run on the
+// sim's host, as the host's current user whatever user the session names,
+// in the VM's own directory (Dir), with a PATH that finds a sw_vers that
+// answers as macOS 15.5 does.
 func Handler(ctx context.Context, r guest.Reporter, log logr.Logger, opts ...Option) sim.GuestHandler {
 	var o options
 	for _, opt := range opts {
@@ -85,18 +96,15 @@ func Handler(ctx context.Context, r guest.Reporter, log logr.Logger, opts ...Opt
 	}
 }
 
-// servers are the guest agents of a sim host's VMs: one for all without
-// workloads, else one per boot of each VM, which holds that boot's
-// workload. One handler serves every VM of a driver, so a boot is told
-// by its context: the driver makes a new one at each start.
+// servers are the guest agents of a sim host's VMs: one per boot of each
+// VM, which holds that boot's journal and workload, as a macOS guest agent
+// starts afresh with its VM. One handler serves every VM of a driver, so a
+// boot is told by its context: the driver makes a new one at each start.
 type servers struct {
 	base        guest.ServerOptions
 	reporter    guest.Reporter
 	log         logr.Logger
 	newWorkload func(vmCtx context.Context) guest.Workload
-
-	once   sync.Once
-	shared *guest.Server
 
 	mu     sync.Mutex
 	byBoot map[<-chan struct{}]*guest.Server
@@ -104,10 +112,6 @@ type servers struct {
 
 // of is the guest agent of the boot vmCtx belongs to.
 func (s *servers) of(vmCtx context.Context) *guest.Server {
-	if s.newWorkload == nil {
-		s.once.Do(func() { s.shared = guest.NewServer(s.reporter, s.log, s.base) })
-		return s.shared
-	}
 	boot := vmCtx.Done()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -115,10 +119,18 @@ func (s *servers) of(vmCtx context.Context) *guest.Server {
 		return srv
 	}
 	opts := s.base
-	if w := s.newWorkload(vmCtx); w != nil {
-		opts.Workload = w
+	opts.Journal = guest.NewJournal(guest.JournalOptions{})
+	opts.Exec = &executor{vmCtx: vmCtx, log: s.log}
+	if s.newWorkload != nil {
+		if w := s.newWorkload(vmCtx); w != nil {
+			opts.Workload = w
+		}
 	}
 	srv := guest.NewServer(s.reporter, s.log, opts)
+	// The sim guest is up at once: its agent went through every stage.
+	for _, stage := range []guest.BootStage{guest.BootStageBooting, guest.BootStageAgentStarted, guest.BootStageReady} {
+		srv.NoteBootStage(stage)
+	}
 	s.byBoot[boot] = srv
 	if boot != nil {
 		// The boot's guest goes with it; the next boot gets a new one.
@@ -129,4 +141,90 @@ func (s *servers) of(vmCtx context.Context) *guest.Server {
 		})
 	}
 	return srv
+}
+
+// DirSuffix names a sim guest's own directory beside its VM's disk.
+const DirSuffix = ".sim-guest"
+
+// Dir is a sim VM's guest directory: <disk>.sim-guest, beside its disk,
+// the disk's for as long as it lives, as a Mac's home outlives its
+// reboots. Its home/ is the HOME and working directory of the guest's
+// commands, and bin/ comes first in their PATH, with sw_vers.
+func Dir(spec vmspec.VMSpec) string { return spec.DiskPath + DirSuffix }
+
+// The macOS a sim guest says it runs, as sw_vers does.
+const (
+	ProductName    = "macOS"
+	ProductVersion = "15.5"
+	BuildVersion   = "24F74"
+)
+
+// swVers answers as macOS's sw_vers does: all three fields, tab-aligned,
+// or the one an option names.
+var swVers = `#!/bin/sh
+# sw_vers, as a macOS ` + ProductVersion + ` guest answers it: the sim guest's stand-in.
+case "$*" in
+"") printf 'ProductName:		%s
+ProductVersion:		%s
+BuildVersion:		%s
+' '` + ProductName + `' '` + ProductVersion + `' '` + BuildVersion + `' ;;
+-productName) echo '` + ProductName + `' ;;
+-productVersion) echo '` + ProductVersion + `' ;;
+-productVersionExtra) ;;
+-buildVersion) echo '` + BuildVersion + `' ;;
+*) echo "usage: sw_vers [-productName|-productVersion|-productVersionExtra|-buildVersion]" >&2; exit 1 ;;
+esac
+`
+
+// executor runs a sim guest's commands on the sim's host: a
+// guest.UnixExecutor in the VM's own directory, made at the first exec.
+// A guest whose context names no VM (a handler called directly, in tests)
+// gets a temporary directory, removed when that context ends.
+type executor struct {
+	vmCtx context.Context
+	log   logr.Logger
+
+	once sync.Once
+	unix *guest.UnixExecutor
+	err  error
+}
+
+// Start implements guest.Executor.
+func (e *executor) Start(ctx context.Context, spec guest.ProcessSpec) (guest.Process, error) {
+	e.once.Do(func() { e.unix, e.err = e.prepare() })
+	if e.err != nil {
+		return nil, e.err
+	}
+	return e.unix.Start(ctx, spec)
+}
+
+func (e *executor) prepare() (*guest.UnixExecutor, error) {
+	var dir string
+	if spec, ok := sim.GuestSpec(e.vmCtx); ok {
+		dir = Dir(spec)
+	} else {
+		tmp, err := os.MkdirTemp("", "sim-guest-")
+		if err != nil {
+			return nil, fmt.Errorf("making the sim guest's directory: %w", err)
+		}
+		context.AfterFunc(e.vmCtx, func() { os.RemoveAll(tmp) })
+		dir = tmp
+	}
+	home, bin := filepath.Join(dir, "home"), filepath.Join(dir, "bin")
+	for _, d := range []string{home, bin} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("making the sim guest's directory: %w", err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(bin, "sw_vers"), []byte(swVers), 0o755); err != nil {
+		return nil, fmt.Errorf("writing the sim guest's sw_vers: %w", err)
+	}
+	e.log.V(1).Info("Sim guest runs its commands", "home", home)
+	return &guest.UnixExecutor{
+		Home:       home,
+		PathPrefix: []string{bin},
+		// The sim's host has no such user as a Mac's "admin": its commands
+		// run as the host's own.
+		LookupUser: func(string) (*user.User, error) { return user.Current() },
+	}, nil
 }

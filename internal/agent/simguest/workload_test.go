@@ -132,6 +132,12 @@ func TestEachBootOfASimVMHasItsOwnWorkload(t *testing.T) {
 
 func newVM(t *testing.T, d *sim.Driver, name string) driver.VM {
 	t.Helper()
+	vm, _ := newVMWithSpec(t, d, name)
+	return vm
+}
+
+func newVMWithSpec(t *testing.T, d *sim.Driver, name string) (driver.VM, vmspec.VMSpec) {
+	t.Helper()
 	dir := t.TempDir()
 	spec := vmspec.VMSpec{
 		Name: "tenant-a/" + name, UID: "uid-" + name, CPUCount: 4, MemoryBytes: 8 << 30,
@@ -144,5 +150,5 @@ func newVM(t *testing.T, d *sim.Driver, name string) driver.VM {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return vm
+	return vm, spec
 }
