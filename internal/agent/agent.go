@@ -24,6 +24,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -39,6 +40,8 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
 	"github.com/boualleiguie/macrack-operator/internal/agent/host"
 	"github.com/boualleiguie/macrack-operator/internal/agent/instances"
+	"github.com/boualleiguie/macrack-operator/internal/agent/kubelet"
+	"github.com/boualleiguie/macrack-operator/internal/agent/sessions"
 	"github.com/boualleiguie/macrack-operator/internal/guest"
 	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
 )
@@ -250,6 +253,11 @@ func run(ctx context.Context, cfg *rest.Config, c Config, wg *sync.WaitGroup, re
 	if err := mgr.Add(manager.RunnableFunc(inst.RunReaper)); err != nil {
 		return err
 	}
+	if c.KubeletAddress != "" {
+		if err := c.addKubelet(mgr, cfg); err != nil {
+			return err
+		}
+	}
 	hb := &host.Heartbeat{Client: direct, NodeReader: mgr.GetCache(), NodeName: c.NodeName, Interval: c.HeartbeatInterval, Clock: c.Clock, Log: c.Log.WithName("heartbeat")}
 	wg.Go(func() { _ = hb.Run(ctx) })
 	wg.Go(func() { c.reportFacts(ctx, direct, inst.ReportingQuota) })
@@ -264,6 +272,24 @@ func run(ctx context.Context, cfg *rest.Config, c Config, wg *sync.WaitGroup, re
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+// addKubelet serves the kubelet API of the chassis' instances once the
+// cache has synced: exec and logs, resolved from the cache, checked with
+// TokenReviews and SubjectAccessReviews as the agent itself.
+func (c Config) addKubelet(mgr manager.Manager, cfg *rest.Config) error {
+	reviews, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating the kubelet API's review client: %w", err)
+	}
+	srv := &kubelet.Server{
+		NodeName: c.NodeName, Addr: c.KubeletAddress, ClientCAFile: c.KubeletClientCAFile,
+		TLSCertFile: c.KubeletCertFile, TLSKeyFile: c.KubeletKeyFile, Reviews: reviews,
+		Resolver: kubelet.CacheResolver{Reader: mgr.GetClient(), NodeName: c.NodeName},
+		Guests:   &sessions.Guests{Launcher: c.Launcher, GuestPort: guest.DefaultPort, Reader: mgr.GetClient()},
+		Log:      c.Log.WithName("kubelet"),
+	}
+	return mgr.Add(manager.RunnableFunc(srv.Run))
 }
 
 // reportFacts reports the facts at once, then every FactsInterval.

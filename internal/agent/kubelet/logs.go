@@ -24,6 +24,12 @@ func (s *Server) serveLogs(w http.ResponseWriter, r *http.Request) {
 	}
 	inst, err := s.target(r.Context(), r.PathValue("namespace"), r.PathValue("pod"), "", r.PathValue("container"), opLogs)
 	if err != nil {
+		var ref *Refusal
+		if errors.As(err, &ref) && ref.Code == http.StatusNotFound {
+			// The API server replaces a 404's text with "could not find
+			// the requested resource"; kubectl logs shows a 400's as it is.
+			err = &Refusal{Code: http.StatusBadRequest, Message: ref.Message}
+		}
 		refuse(w, r, err)
 		return
 	}

@@ -144,3 +144,23 @@ func (e *Env) AdminKubeconfig(dir string) (string, error) {
 	}
 	return path, nil
 }
+
+// KubeconfigAs writes a kubeconfig of user in groups, authenticated by a
+// client certificate of the API server's client CA (no impersonation),
+// into dir, for the command-line tools a suite runs as that user, and
+// returns its path.
+func (e *Env) KubeconfigAs(dir, user string, groups ...string) (string, error) {
+	u, err := e.Environment.ControlPlane.AddUser(envtest.User{Name: user, Groups: groups}, nil)
+	if err != nil {
+		return "", fmt.Errorf("adding user %s: %w", user, err)
+	}
+	kc, err := u.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, user+".kubeconfig")
+	if err := os.WriteFile(path, kc, 0o600); err != nil {
+		return "", err
+	}
+	return path, nil
+}

@@ -1,0 +1,130 @@
+// Package sessions reaches an instance's guest for the agent's kubelet
+// API: it opens an exec and logs session with the guest agent, over the
+// vsock proxy of the instance's VM helper, as the image's login user. It
+// holds no state: each exec and each log stream has its own connection,
+// which ends with it.
+package sessions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
+	utilexec "k8s.io/utils/exec"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
+	"github.com/boualleiguie/macrack-operator/internal/agent/kubelet"
+	"github.com/boualleiguie/macrack-operator/internal/guest"
+)
+
+// Guests implements kubelet.Guests.
+type Guests struct {
+	// Launcher finds the instance's helper.
+	Launcher helper.Launcher
+	// GuestPort is the guest agent's vsock port.
+	GuestPort uint32
+	// Reader reads the instance's MacOSImage, which names the login user.
+	Reader client.Reader
+}
+
+var _ kubelet.Guests = (*Guests)(nil)
+
+// Exec runs cmd in the guest of inst.
+func (g *Guests) Exec(ctx context.Context, inst *computev1alpha1.MacOSInstance, cmd []string, in io.Reader, out, errOut io.WriteCloser,
+	tty bool, resize <-chan remotecommand.TerminalSize) error {
+	s, err := g.session(ctx, inst)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	o := guest.ExecOptions{Command: cmd, Stdin: in, TTY: tty}
+	// A nil io.WriteCloser must stay a nil io.Writer: the guest then
+	// discards that stream.
+	if out != nil {
+		o.Stdout = out
+	}
+	if errOut != nil {
+		o.Stderr = errOut
+	}
+	if resize != nil {
+		sizes := make(chan guest.TerminalSize)
+		o.Resize = sizes
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			defer close(sizes)
+			for {
+				select {
+				case sz, ok := <-resize:
+					if !ok {
+						return
+					}
+					select {
+					case sizes <- guest.TerminalSize{Width: sz.Width, Height: sz.Height}:
+					case <-done:
+						return
+					}
+				case <-done:
+					return
+				}
+			}
+		}()
+	}
+	err = s.Exec(ctx, o)
+	var exit *guest.ExitError
+	if errors.As(err, &exit) {
+		// As the kubelet answers: kubectl exits with the code.
+		return utilexec.CodeExitError{Err: fmt.Errorf("command terminated with non-zero exit code: %w", err), Code: exit.Code}
+	}
+	return err
+}
+
+// Logs writes the guest agent's log to w.
+func (g *Guests) Logs(ctx context.Context, inst *computev1alpha1.MacOSInstance, o kubelet.LogOptions, w io.Writer) error {
+	s, err := g.session(ctx, inst)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return s.Logs(ctx, guest.LogOptions{Follow: o.Follow, TailLines: o.TailLines, Timestamps: o.Timestamps,
+		LimitBytes: o.LimitBytes, SinceTime: o.SinceTime}, w)
+}
+
+// session opens a session with inst's guest agent, as the image's login
+// user. The caller closes it.
+func (g *Guests) session(ctx context.Context, inst *computev1alpha1.MacOSInstance) (*guest.Session, error) {
+	img := &fleetv1alpha1.MacOSImage{}
+	if err := g.Reader.Get(ctx, client.ObjectKey{Name: inst.Spec.ImageName}, img); err != nil {
+		return nil, fmt.Errorf("reading MacOSImage %s, which names the guest's login user: %w", inst.Spec.ImageName, err)
+	}
+	user := img.Spec.LoginUserOrDefault()
+	running, err := g.Launcher.Running()
+	if err != nil {
+		return nil, fmt.Errorf("finding the VM helper of instance %s/%s: %w", inst.Namespace, inst.Name, err)
+	}
+	sock, ok := running[string(inst.UID)]
+	if !ok {
+		return nil, fmt.Errorf("the VM of instance %s/%s has no helper running on this chassis", inst.Namespace, inst.Name)
+	}
+	hc, err := helper.Dial(ctx, sock)
+	if err != nil {
+		return nil, fmt.Errorf("reaching the VM helper of instance %s/%s: %w", inst.Namespace, inst.Name, err)
+	}
+	conn, err := hc.DialGuest(ctx, g.GuestPort)
+	// The guest stream outlives the helper's control connection.
+	hc.Close()
+	if err != nil {
+		return nil, fmt.Errorf("reaching the guest agent of instance %s/%s: %w", inst.Namespace, inst.Name, err)
+	}
+	s, err := guest.NewClient(conn).Session(ctx, user)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("instance %s/%s: %w", inst.Namespace, inst.Name, err)
+	}
+	return s, nil
+}
