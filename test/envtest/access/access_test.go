@@ -77,10 +77,25 @@ var _ = Describe("Tenant access through kubectl", Ordered, func() {
 			}
 			close(lines)
 		}()
-		Eventually(func() int {
-			return run(tenantA.Kubeconfig, "", "-n", tenantA.Namespace, "exec", "ci", "--", "followed-marker-cmd").Code
-		}).ShouldNot(BeZero()) // the command does not exist: it is logged all the same
-		Eventually(lines, 20*time.Second).Should(Receive(ContainSubstring("followed-marker-cmd")))
+		// The stream may not be open yet when the first exec runs: exec
+		// again until a line of it shows. The command does not exist; it
+		// is logged all the same.
+		Eventually(func() bool {
+			Expect(run(tenantA.Kubeconfig, "", "-n", tenantA.Namespace, "exec", "ci", "--", "followed-marker-cmd").Code).NotTo(BeZero())
+			for {
+				select {
+				case l, ok := <-lines:
+					if !ok {
+						Fail("kubectl logs -f ended")
+					}
+					if strings.Contains(l, "followed-marker-cmd") {
+						return true
+					}
+				case <-time.After(2 * time.Second):
+					return false
+				}
+			}
+		}, 60*time.Second, 100*time.Millisecond).Should(BeTrue())
 	})
 
 	It("runs an interactive shell on a terminal, with resize", func() {
