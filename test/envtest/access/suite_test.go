@@ -75,7 +75,14 @@ func TestAccess(t *testing.T) {
 	RunSpecs(t, "Access suite")
 }
 
-var _ = BeforeSuite(func() {
+var _ = BeforeSuite(func() { setUp() })
+
+var _ = AfterSuite(func() { tearDown() })
+
+// setUp starts the control plane, the operator and two agents, and gives
+// tenants A and B a running instance each; the suite and the benchmarks
+// share it.
+func setUp() {
 	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter)))
 	var err error
 	workDir, err = os.MkdirTemp("", "mracc")
@@ -115,9 +122,10 @@ var _ = BeforeSuite(func() {
 	tenantA = newTenant("alice")
 	tenantB = newTenant("bob")
 	Expect(tenantA.Node).NotTo(Equal(tenantB.Node), "one chassis each")
-})
+}
 
-var _ = AfterSuite(func() {
+// tearDown stops what setUp started.
+func tearDown() {
 	for _, a := range agents {
 		_ = a.Stop()
 	}
@@ -135,7 +143,7 @@ var _ = AfterSuite(func() {
 	envErr := env.Stop()
 	Expect(opErr).NotTo(HaveOccurred())
 	Expect(envErr).NotTo(HaveOccurred())
-})
+}
 
 // startAgent enrolls a chassis with address and runs its agent, serving
 // the kubelet API there on a free port.
