@@ -2,7 +2,11 @@ package access
 
 import (
 	"bufio"
+	"crypto/rand"
+	"crypto/sha256"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -96,6 +100,23 @@ var _ = Describe("Tenant access through kubectl", Ordered, func() {
 				}
 			}
 		}, 60*time.Second, 100*time.Millisecond).Should(BeTrue())
+	})
+
+	It("copies a file in and out with kubectl cp, byte for byte", func() {
+		dir := GinkgoT().TempDir()
+		data := make([]byte, 3<<20+17)
+		_, err := rand.Read(data)
+		Expect(err).NotTo(HaveOccurred())
+		in := filepath.Join(dir, "in.bin")
+		Expect(os.WriteFile(in, data, 0o600)).To(Succeed())
+		r := run(tenantA.Kubeconfig, "", "-n", tenantA.Namespace, "cp", in, "ci:copied.bin")
+		Expect(r.Code).To(BeZero(), r.Stderr)
+		out := filepath.Join(dir, "out.bin")
+		r = run(tenantA.Kubeconfig, "", "-n", tenantA.Namespace, "cp", "ci:copied.bin", out)
+		Expect(r.Code).To(BeZero(), r.Stderr)
+		got, err := os.ReadFile(out)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(sha256.Sum256(got)).To(Equal(sha256.Sum256(data)))
 	})
 
 	It("runs an interactive shell on a terminal, with resize", func() {
