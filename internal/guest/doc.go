@@ -47,11 +47,22 @@
 // commands run as. The journal and the exec log argv[0] only: arguments,
 // like a Config, may hold secrets.
 //
+// A port forward (Session.Forward) is a standard "direct-tcpip" channel to
+// 127.0.0.1 and a port: the guest connects to that port on its own
+// loopback (ServerOptions.Dial), and the channel carries the bytes both
+// ways, each way's end as an EOF (a half-close), until both ended or
+// either side closed. A port nothing listens on is refused with "connect
+// failed" and a message that starts "connection refused", which the host
+// tells as ErrPortClosed; a forward to any other host is prohibited. So
+// the host reaches the guest's sshd (22) and Screen Sharing (5900) through
+// the same session. The journal notes each forward's port as it opens and
+// closes, never its bytes.
+//
 // A host checks the guest's version in its HelloAck before it sends what
 // the guest may not know: a ShutdownRequest to a 1.1 guest or later, a
-// Configure to a 1.2 guest or later, a Session to a 1.3 guest or later. An older guest would close the
-// connection on the unknown frame. What a newer guest adds to a Report an
-// older host ignores.
+// Configure to a 1.2 guest or later, a Session to a 1.3 guest or later.
+// An older guest would close the connection on the unknown frame. What a
+// newer guest adds to a Report an older host ignores.
 //
 // Every message is one frame: a 9-byte header then a JSON object.
 //

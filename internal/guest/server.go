@@ -75,9 +75,14 @@ type ServerOptions struct {
 	// it, a session's exec is refused: exec is not supported by this guest.
 	Exec Executor
 	// Journal, if set, is the agent's log, which the server writes (its
-	// start, boot stages, configuration, job phases, sessions and execs)
-	// and a session's Logs reads. Without it, Logs is refused.
+	// start, boot stages, configuration, job phases, sessions, execs and
+	// forwards) and a session's Logs reads. Without it, Logs is refused.
 	Journal *Journal
+	// Dial connects a session's port forward to port on the guest's
+	// loopback; an error wrapping syscall.ECONNREFUSED or ErrPortClosed
+	// says nothing listens there. ctx bounds the connect
+	// (DefaultDialTimeout). Nil: a real guest's, TCP to 127.0.0.1:port.
+	Dial func(ctx context.Context, port uint16) (net.Conn, error)
 }
 
 // Server is the guest side: it answers the host's handshake, report and

@@ -116,6 +116,9 @@ func (s *Server) serveSession(ctx context.Context, log logr.Logger, conn net.Con
 				continue
 			}
 			wg.Go(func() { s.serveLogs(sctx, ch, creqs, LogOptions(o)) })
+		case forwardChannelType:
+			// Its connect must not hold up the session's other channels.
+			wg.Go(func() { s.acceptForward(sctx, log, nc) })
 		default:
 			_ = nc.Reject(ssh.UnknownChannelType, "unknown channel type "+nc.ChannelType())
 		}
