@@ -62,4 +62,8 @@ var (
 	// ErrPortClosed means a port forward to a guest port nothing listens
 	// on: the guest's connect to its loopback was refused.
 	ErrPortClosed = errors.New("nothing listens on that guest port")
+	// ErrInvalidAuthorizedKeys means authorized keys the guest refused as
+	// such (one that does not parse, holds options or a newline): sending
+	// them again fails again.
+	ErrInvalidAuthorizedKeys = errors.New("invalid authorized keys")
 )

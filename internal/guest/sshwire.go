@@ -32,11 +32,21 @@ import (
 //	                   that starts "connection refused", as OpenSSH's sshd
 //	                   says it.
 //
+// and one global request, from the host:
+//
+//	"authorized-keys@macrack.io"  JSON {"keys":[…]}: the session user's
+//	                   MacRack-managed SSH keys, replacing the previous set.
+//	                   Success has no payload; a failure's is JSON
+//	                   {"message","invalid"}, invalid when the keys were refused
+//	                   as such.
+//
 // Standard requests have RFC 4254's payloads.
 const (
 	execChannelType    = "session"
 	logsChannelType    = "logs@macrack.io"
 	forwardChannelType = "direct-tcpip"
+
+	reqAuthorizedKeys = "authorized-keys@macrack.io"
 
 	reqPty          = "pty-req"
 	reqWindowChange = "window-change"
@@ -59,6 +69,19 @@ type execArgvRequest struct {
 type execErrorRequest struct {
 	Message  string `json:"message"`
 	NotFound bool   `json:"notFound,omitempty"`
+}
+
+// authorizedKeysRequest is an authorized-keys@macrack.io request's payload.
+type authorizedKeysRequest struct {
+	Keys []string `json:"keys"`
+}
+
+// requestFailure is a failed authorized-keys@macrack.io request's payload.
+type requestFailure struct {
+	Message string `json:"message"`
+	// Invalid says the keys were refused as such: sending them again fails
+	// again.
+	Invalid bool `json:"invalid,omitempty"`
 }
 
 // directTCPIPMsg is a direct-tcpip channel's extra data (RFC 4254 7.2):
