@@ -18,6 +18,11 @@ import (
 // guest reports until a host installs keys for another.
 const DefaultLoginUser = "admin"
 
+// MaxAuthorizedKeysSize bounds a SetAuthorizedKeys request (its keys in
+// JSON): some hundred keys, well within one SSH packet (256 KiB), which a
+// larger request would overflow, ending the session.
+const MaxAuthorizedKeysSize = 128 << 10
+
 // KeyInstaller installs the MacRack-managed SSH keys of the guest's login
 // users: UnixKeyInstaller in a real guest, one in memory in the sim guest.
 // The Server calls it from its sessions concurrently.
@@ -103,6 +108,9 @@ func (s *Session) SetAuthorizedKeys(ctx context.Context, keys []string) error {
 	payload, err := json.Marshal(authorizedKeysRequest{Keys: keys})
 	if err != nil {
 		return fail(err)
+	}
+	if len(payload) > MaxAuthorizedKeysSize {
+		return fail(fmt.Errorf("%w: %d keys make %d bytes, over the %d a guest takes", ErrInvalidAuthorizedKeys, len(keys), len(payload), MaxAuthorizedKeysSize))
 	}
 	type answer struct {
 		ok      bool

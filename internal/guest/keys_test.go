@@ -345,6 +345,19 @@ func TestSetAuthorizedKeysReplacesTheSet(t *testing.T) {
 	if got := report(); got != "" {
 		t.Fatalf("Report's digest after a removal: %q", got)
 	}
+	// A set too large for one SSH packet is refused before it is sent,
+	// and the session goes on.
+	huge := make([]string, 2000)
+	for i := range huge {
+		huge[i] = k1
+	}
+	if err := s.SetAuthorizedKeys(callCtx(t), huge); !errors.Is(err, ErrInvalidAuthorizedKeys) || !strings.Contains(err.Error(), "2000 keys") {
+		t.Fatalf("SetAuthorizedKeys of 2000 keys: %v, want ErrInvalidAuthorizedKeys", err)
+	}
+	if err := s.SetAuthorizedKeys(callCtx(t), []string{k3}); err != nil {
+		t.Fatalf("SetAuthorizedKeys after a huge set: %v", err)
+	}
+
 	journal := streamAll(t, j)
 	for _, want := range []string{"authorized keys of user admin: 2 installed", "authorized keys of user admin: 1 installed", "authorized keys of user admin: removed"} {
 		if !strings.Contains(journal, want) {
