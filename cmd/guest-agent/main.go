@@ -3,7 +3,9 @@
 // disk headroom and readiness for work. Asked to, it shuts macOS down: the
 // gentlest way the host stops a VM. It serves the host's exec and logs
 // sessions: commands run as the login user the host names, and its logs
-// are its own journal.
+// are its own journal; port forwards reach TCP ports on the guest's
+// loopback (sshd, Screen Sharing); and the host's authorized keys go in
+// the login user's ~/.ssh/authorized_keys, between MacRack's markers.
 package main
 
 import (
@@ -40,6 +42,9 @@ type options struct {
 	// gitlabRunner is gitlab-runner's path: a guest configured as a CI
 	// runner runs one job with its run-single.
 	gitlabRunner string
+	// loginUser is the user whose MacRack-managed keys the reports tell
+	// until the host sets keys for one.
+	loginUser string
 }
 
 func main() {
@@ -52,6 +57,8 @@ func main() {
 	fs.DurationVar(&opts.idleTimeout, "idle-timeout", guest.DefaultIdleTimeout, "How long a connection may wait for the next request.")
 	fs.StringVar(&opts.gitlabRunner, "gitlab-runner", "/usr/local/bin/gitlab-runner",
 		"gitlab-runner's path: a guest the host configures as a CI runner runs one job with its run-single; empty runs no workloads.")
+	fs.StringVar(&opts.loginUser, "login-user", guest.DefaultLoginUser,
+		"The guest login user whose MacRack-managed SSH keys the reports tell, until the host sets keys for a user.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(fs)
 	flag.Parse()
@@ -85,9 +92,13 @@ func run(ctx context.Context, log logr.Logger, opts options) error {
 		Clock:        clk,
 		Shutdown:     shutdownGuest,
 		Workload:     workload(ctx, opts, clk, log),
-		// Running as root, it runs commands as the user the host names.
-		Exec:    &guest.UnixExecutor{},
-		Journal: journal,
+		// Running as root, it runs commands as the user the host names,
+		// and installs keys in that user's home, the user's own files.
+		Exec:      &guest.UnixExecutor{},
+		Journal:   journal,
+		Keys:      &guest.UnixKeyInstaller{},
+		LoginUser: opts.loginUser,
+		// Dial is the default: TCP to the guest's own loopback.
 	})
 	server.NoteBootStage(boot.Stage())
 

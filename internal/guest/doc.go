@@ -47,11 +47,39 @@
 // commands run as. The journal and the exec log argv[0] only: arguments,
 // like a Config, may hold secrets.
 //
+// A port forward (Session.Forward) is a standard "direct-tcpip" channel to
+// 127.0.0.1 and a port: the guest connects to that port on its own
+// loopback (ServerOptions.Dial), and the channel carries the bytes both
+// ways, each way's end as an EOF (a half-close), until both ended or
+// either side closed. A port nothing listens on is refused with "connect
+// failed" and a message that starts "connection refused", which the host
+// tells as ErrPortClosed; a forward to any other host is prohibited. So
+// the host reaches the guest's sshd (22) and Screen Sharing (5900) through
+// the same session. The journal notes each forward's port as it opens and
+// closes, never its bytes.
+//
+// The session's user's MacRack-managed SSH keys are set by the global
+// request "authorized-keys@macrack.io" (Session.SetAuthorizedKeys), its
+// payload JSON {"keys":[…]}: plain OpenSSH authorized_keys lines, the
+// whole set, which replaces the previous one; none removes them. The
+// guest (its KeyInstaller) validates them all before it installs any,
+// refusing a set with a key that does not parse, holds options or a line
+// break, by its index; its failure's payload is JSON {"message",
+// "invalid"}. A real guest keeps them in the user's
+// ~/.ssh/authorized_keys, between "# BEGIN MacRack managed keys" and "#
+// END MacRack managed keys", beside the user's own. Every Report then
+// says the digest of the set installed (authorizedKeysDigest,
+// AuthorizedKeysDigest: sha256 hex of the sorted, trimmed lines joined by
+// newlines), of the user keys were last set for, or of
+// ServerOptions.LoginUser: a guest that restarted reports what it still
+// has, and the host sends its keys again whenever the digest is not
+// theirs. The journal says how many keys, never which.
+//
 // A host checks the guest's version in its HelloAck before it sends what
 // the guest may not know: a ShutdownRequest to a 1.1 guest or later, a
-// Configure to a 1.2 guest or later, a Session to a 1.3 guest or later. An older guest would close the
-// connection on the unknown frame. What a newer guest adds to a Report an
-// older host ignores.
+// Configure to a 1.2 guest or later, a Session to a 1.3 guest or later.
+// An older guest would close the connection on the unknown frame. What a
+// newer guest adds to a Report an older host ignores.
 //
 // Every message is one frame: a 9-byte header then a JSON object.
 //

@@ -59,4 +59,11 @@ var (
 	// ErrCommandNotFound means an exec whose argv[0] the guest found
 	// neither as a path nor in the user's PATH: nothing ran.
 	ErrCommandNotFound = errors.New("command not found")
+	// ErrPortClosed means a port forward to a guest port nothing listens
+	// on: the guest's connect to its loopback was refused.
+	ErrPortClosed = errors.New("nothing listens on that guest port")
+	// ErrInvalidAuthorizedKeys means authorized keys the guest refused as
+	// such (one that does not parse, holds options or a newline): sending
+	// them again fails again.
+	ErrInvalidAuthorizedKeys = errors.New("invalid authorized keys")
 )

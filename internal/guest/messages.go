@@ -14,7 +14,9 @@ import (
 // a major bump changes meaning, and peers of different majors refuse each
 // other. 1.1 adds ShutdownRequest and ShutdownAck; 1.2 adds Configure and
 // ConfigureAck, and a Report's configured and job; 1.3 adds Session and
-// SessionAck, after which the connection carries an exec and logs session.
+// SessionAck, after which the connection carries an exec and logs session
+// (with port forwards and authorized keys), and a Report's
+// authorizedKeysDigest.
 const ProtocolVersion = "1.3"
 
 // The first minor version of major 1 with each addition.
@@ -67,6 +69,12 @@ type Report struct {
 	Configured bool `json:"configured,omitempty"`
 	// Job is the guest's one job, once it was configured. Since 1.2.
 	Job *JobReport `json:"job,omitempty"`
+	// AuthorizedKeysDigest is the AuthorizedKeysDigest of the
+	// MacRack-managed SSH keys the guest's login user has now, "" for none:
+	// a guest that restarts reports the set it still has (a sim guest's
+	// are in memory: none), and the host compares it with the keys it
+	// wants, and sends them again when they differ. Since 1.3.
+	AuthorizedKeysDigest string `json:"authorizedKeysDigest,omitempty"`
 }
 
 // JobPhase is where a guest's one job stands. The values are the

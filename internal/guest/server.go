@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -75,9 +76,23 @@ type ServerOptions struct {
 	// it, a session's exec is refused: exec is not supported by this guest.
 	Exec Executor
 	// Journal, if set, is the agent's log, which the server writes (its
-	// start, boot stages, configuration, job phases, sessions and execs)
-	// and a session's Logs reads. Without it, Logs is refused.
+	// start, boot stages, configuration, job phases, sessions, execs,
+	// forwards and authorized keys) and a session's Logs reads. Without
+	// it, Logs is refused.
 	Journal *Journal
+	// Dial connects a session's port forward to port on the guest's
+	// loopback; an error wrapping syscall.ECONNREFUSED or ErrPortClosed
+	// says nothing listens there. ctx bounds the connect
+	// (DefaultDialTimeout). Nil: a real guest's, TCP to 127.0.0.1:port.
+	Dial func(ctx context.Context, port uint16) (net.Conn, error)
+	// Keys, if set, installs the MacRack-managed SSH keys a session's
+	// SetAuthorizedKeys sends, and tells every Report the digest of those
+	// installed. Without it, SetAuthorizedKeys is refused.
+	Keys KeyInstaller
+	// LoginUser is the user whose installed keys a Report's digest is of
+	// until a session installs keys for a user: then that one's.
+	// DefaultLoginUser if empty.
+	LoginUser string
 }
 
 // Server is the guest side: it answers the host's handshake, report and
@@ -93,6 +108,9 @@ type Server struct {
 	keyOnce sync.Once
 	hostKey ssh.Signer
 	keyErr  error
+
+	// keysUser is the user a session last installed keys for, if any.
+	keysUser atomic.Pointer[string]
 
 	// What the journal last said, to note only changes.
 	noted sync.Mutex
@@ -122,6 +140,9 @@ func NewServer(reporter Reporter, log logr.Logger, opts ServerOptions) *Server {
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
+	}
+	if opts.LoginUser == "" {
+		opts.LoginUser = DefaultLoginUser
 	}
 	s := &Server{reporter: reporter, log: log, opts: opts, version: ProtocolVersion}
 	s.opts.Journal.Addf("guest agent %s started, protocol %s", opts.AgentVersion, s.version)
@@ -391,6 +412,10 @@ func (s *Server) answerReport(ctx context.Context, log logr.Logger, conn net.Con
 	if err == nil && s.opts.Workload != nil {
 		// The workload's word, not the Reporter's: one place knows it.
 		r.Configured, r.Job = s.opts.Workload.Status()
+	}
+	if err == nil && s.opts.Keys != nil {
+		// The installer's word, as the workload's: the keys on the guest.
+		r.AuthorizedKeysDigest = s.installedKeysDigest()
 	}
 	if err == nil {
 		s.NoteBootStage(BootStage(r.BootStage))

@@ -14,8 +14,9 @@ import (
 
 // Session is the host side of an exec and logs session: the guest
 // connection, switched to an SSH connection whose channels are the
-// session's commands and log streams. Exec and Logs may run concurrently,
-// each on its own channel. Close it when done.
+// session's commands, log streams and port forwards. Exec, Logs and
+// Forward may run concurrently, each on its own channel, and beside them
+// SetAuthorizedKeys. Close it when done.
 type Session struct {
 	c   *Client
 	ssh *ssh.Client

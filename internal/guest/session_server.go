@@ -87,7 +87,7 @@ func (s *Server) serveSession(ctx context.Context, log logr.Logger, conn net.Con
 	s.opts.Journal.Addf("session opened for user %s", user)
 	sctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { ssh.DiscardRequests(reqs) })
+	wg.Go(func() { s.serveGlobalRequests(log, user, reqs) })
 	// chans ends with the connection: the host closed it, or ctx's end did.
 	for nc := range chans {
 		switch nc.ChannelType() {
@@ -116,6 +116,9 @@ func (s *Server) serveSession(ctx context.Context, log logr.Logger, conn net.Con
 				continue
 			}
 			wg.Go(func() { s.serveLogs(sctx, ch, creqs, LogOptions(o)) })
+		case forwardChannelType:
+			// Its connect must not hold up the session's other channels.
+			wg.Go(func() { s.acceptForward(sctx, log, nc) })
 		default:
 			_ = nc.Reject(ssh.UnknownChannelType, "unknown channel type "+nc.ChannelType())
 		}

@@ -12,7 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A session's SSH connection carries two kinds of channel:
+// A session's SSH connection carries three kinds of channel, all opened by
+// the host:
 //
 //	"session"          one exec: optional "pty-req", then "exec-argv@macrack.io"
 //	                   (JSON {"argv":[…]}) from the host; stdin, stdout, and
@@ -24,11 +25,28 @@ import (
 //	"logs@macrack.io"  the guest agent's journal, its options (JSON) as the
 //	                   open's extra data; the lines as data, then
 //	                   "exit-status" 0 once all was sent, and a close.
+//	"direct-tcpip"     a port forward (RFC 4254 7.2) to a TCP port on the
+//	                   guest's loopback: the bytes both ways, each way's end
+//	                   as an EOF, then a close. A port nothing listens on is
+//	                   refused with reason "connect failed" and a message
+//	                   that starts "connection refused", as OpenSSH's sshd
+//	                   says it.
+//
+// and one global request, from the host:
+//
+//	"authorized-keys@macrack.io"  JSON {"keys":[…]}: the session user's
+//	                   MacRack-managed SSH keys, replacing the previous set.
+//	                   Success has no payload; a failure's is JSON
+//	                   {"message","invalid"}, invalid when the keys were refused
+//	                   as such.
 //
 // Standard requests have RFC 4254's payloads.
 const (
-	execChannelType = "session"
-	logsChannelType = "logs@macrack.io"
+	execChannelType    = "session"
+	logsChannelType    = "logs@macrack.io"
+	forwardChannelType = "direct-tcpip"
+
+	reqAuthorizedKeys = "authorized-keys@macrack.io"
 
 	reqPty          = "pty-req"
 	reqWindowChange = "window-change"
@@ -51,6 +69,28 @@ type execArgvRequest struct {
 type execErrorRequest struct {
 	Message  string `json:"message"`
 	NotFound bool   `json:"notFound,omitempty"`
+}
+
+// authorizedKeysRequest is an authorized-keys@macrack.io request's payload.
+type authorizedKeysRequest struct {
+	Keys []string `json:"keys"`
+}
+
+// requestFailure is a failed authorized-keys@macrack.io request's payload.
+type requestFailure struct {
+	Message string `json:"message"`
+	// Invalid says the keys were refused as such: sending them again fails
+	// again.
+	Invalid bool `json:"invalid,omitempty"`
+}
+
+// directTCPIPMsg is a direct-tcpip channel's extra data (RFC 4254 7.2):
+// where to connect, and where the connection came from.
+type directTCPIPMsg struct {
+	Host       string
+	Port       uint32
+	OriginHost string
+	OriginPort uint32
 }
 
 // logsRequest is a logs@macrack.io channel's extra data.

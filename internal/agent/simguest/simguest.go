@@ -1,8 +1,10 @@
 // Package simguest plays the guest agent inside sim VMs: the real
 // internal/guest server, fed by a reporter that describes a booted macOS
-// with the configured Xcode versions, with a journal and exec sessions
-// that run commands on the sim's host. The host side cannot tell it from a
-// guest inside a real VM, which is the point.
+// with the configured Xcode versions, with a journal, exec sessions that
+// run commands on the sim's host, and a loopback of its own for the
+// host's port forwards: an SSH server that takes the keys the host sets,
+// a Screen Sharing stand-in, echo and discard. The host side cannot tell
+// it from a guest inside a real VM, which is the point.
 package simguest
 
 import (
@@ -72,6 +74,15 @@ func WithWorkload(newWorkload func(vmCtx context.Context) guest.Workload) Option
 // sim's host, as the host's current user whatever user the session names,
 // in the VM's own directory (Dir), with a PATH that finds a sw_vers that
 // answers as macOS 15.5 does.
+//
+// Its sessions' forwards reach a loopback of its own, in this process:
+// PortSSH, an SSH server with the VM's own host key (HostKeyFile, made
+// once and kept in Dir), which lets in the user the host last set keys
+// for (admin until then) by one of them, and runs its commands as the
+// session's execs run; PortScreenSharing, which says RFBBanner; PortEcho
+// and PortDiscard. Any other port is closed. The keys the host sets are
+// kept in memory, one boot long: a rebooted sim guest reports none, and
+// the host sets them again.
 func Handler(ctx context.Context, r guest.Reporter, log logr.Logger, opts ...Option) sim.GuestHandler {
 	var o options
 	for _, opt := range opts {
@@ -120,7 +131,10 @@ func (s *servers) of(vmCtx context.Context) *guest.Server {
 	}
 	opts := s.base
 	opts.Journal = guest.NewJournal(guest.JournalOptions{})
-	opts.Exec = &executor{vmCtx: vmCtx, log: s.log}
+	dir := &guestDir{vmCtx: vmCtx}
+	ex, ks := &executor{dir: dir, log: s.log}, &keys{}
+	loopback := &network{vmCtx: vmCtx, dir: dir, exec: ex, keys: ks, log: s.log.WithName("network")}
+	opts.Exec, opts.Keys, opts.Dial = ex, ks, loopback.dial
 	if s.newWorkload != nil {
 		if w := s.newWorkload(vmCtx); w != nil {
 			opts.Workload = w
@@ -149,7 +163,8 @@ const DirSuffix = ".sim-guest"
 // Dir is a sim VM's guest directory: <disk>.sim-guest, beside its disk,
 // the disk's for as long as it lives, as a Mac's home outlives its
 // reboots. Its home/ is the HOME and working directory of the guest's
-// commands, and bin/ comes first in their PATH, with sw_vers.
+// commands, and bin/ comes first in their PATH, with sw_vers; it holds the
+// SSH host key (HostKeyFile).
 func Dir(spec vmspec.VMSpec) string { return spec.DiskPath + DirSuffix }
 
 // The macOS a sim guest says it runs, as sw_vers does.
@@ -177,12 +192,10 @@ esac
 `
 
 // executor runs a sim guest's commands on the sim's host: a
-// guest.UnixExecutor in the VM's own directory, made at the first exec.
-// A guest whose context names no VM (a handler called directly, in tests)
-// gets a temporary directory, removed when that context ends.
+// guest.UnixExecutor in the guest's directory, made at the first exec.
 type executor struct {
-	vmCtx context.Context
-	log   logr.Logger
+	dir *guestDir
+	log logr.Logger
 
 	once sync.Once
 	unix *guest.UnixExecutor
@@ -199,16 +212,9 @@ func (e *executor) Start(ctx context.Context, spec guest.ProcessSpec) (guest.Pro
 }
 
 func (e *executor) prepare() (*guest.UnixExecutor, error) {
-	var dir string
-	if spec, ok := sim.GuestSpec(e.vmCtx); ok {
-		dir = Dir(spec)
-	} else {
-		tmp, err := os.MkdirTemp("", "sim-guest-")
-		if err != nil {
-			return nil, fmt.Errorf("making the sim guest's directory: %w", err)
-		}
-		context.AfterFunc(e.vmCtx, func() { os.RemoveAll(tmp) })
-		dir = tmp
+	dir, err := e.dir.get()
+	if err != nil {
+		return nil, err
 	}
 	home, bin := filepath.Join(dir, "home"), filepath.Join(dir, "bin")
 	for _, d := range []string{home, bin} {
