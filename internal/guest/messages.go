@@ -67,6 +67,8 @@ type Report struct {
 	Configured bool `json:"configured,omitempty"`
 	// Job is the guest's one job, once it was configured. Since 1.2.
 	Job *JobReport `json:"job,omitempty"`
+	// TEMP (zz_pending_fwd.go): the guest branch adds this field.
+	AuthorizedKeysDigest string `json:"authorizedKeysDigest,omitempty"`
 }
 
 // JobPhase is where a guest's one job stands. The values are the
