@@ -135,8 +135,9 @@ func TestLogsRefused(t *testing.T) {
 			"at most one of sinceTime or sinceSeconds may be given"},
 		{"sinceTime not RFC 3339", logsPath + "?sinceTime=yesterday", logsPath + "?sinceTime=2026-01-02T03:04:05Z", 400, `sinceTime="yesterday" is not an RFC 3339 time`},
 		{"a stream of its own", logsPath + "?stream=Stderr", logsPath + "?stream=All", 400, "a MacRack VM has one log: stream=Stderr is not served, only All"},
-		{"forged pod", "/containerLogs/tenant-a/vm-forged/macos", logsPath, 404, "no MacRack VM tenant-a/vm-forged on node mini1"},
-		{"wrong container", "/containerLogs/tenant-a/vm-a/sidecar", logsPath, 404, `container "sidecar" not found in MacRack VM tenant-a/vm-a: its one container is "macos"`},
+		// 400, not the kubelet's 404: the API server replaces a 404's text.
+		{"forged pod", "/containerLogs/tenant-a/vm-forged/macos", logsPath, 400, "no MacRack VM tenant-a/vm-forged on node mini1"},
+		{"wrong container", "/containerLogs/tenant-a/vm-a/sidecar", logsPath, 400, `container "sidecar" not found in MacRack VM tenant-a/vm-a: its one container is "macos"`},
 		{"stopped VM", "/containerLogs/tenant-a/vm-s/macos", logsPath, 400, "instance tenant-a/vm-s is Stopped: logs need a running VM"},
 		{"Guests' error", logsPath + "?timestamps=true", logsPath + "?timestamps=false", 500, "the guest agent does not answer"},
 	}
