@@ -18,7 +18,6 @@ import (
 	"time"
 
 	gwebsocket "github.com/gorilla/websocket"
-	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/apimachinery/pkg/util/proxy"
 	apiproxy "k8s.io/apiserver/pkg/util/proxy"
 	"k8s.io/client-go/rest"
@@ -26,6 +25,7 @@ import (
 	"k8s.io/client-go/transport/spdy"
 	"k8s.io/client-go/transport/websocket"
 	"k8s.io/klog/v2"
+	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/streaming/pkg/httpstream/wsstream"
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
@@ -90,7 +90,7 @@ func spdyForward(t *testing.T, ts *testServer, token, path string, clientLog *lo
 	if err != nil {
 		t.Fatal(err)
 	}
-	return forward(t, spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, u), clientLog, remote...)
+	return forward(t, spdy.NewDialerForStreaming(upgrader, &http.Client{Transport: rt}, http.MethodPost, u), clientLog, remote...)
 }
 
 // forward runs client-go's port forwarder with dialer, listening on local
@@ -107,7 +107,7 @@ func forward(t *testing.T, dialer httpstream.Dialer, clientLog *logLines, remote
 		ports = append(ports, fmt.Sprintf("0:%d", p))
 	}
 	ready := make(chan struct{})
-	pf, err := portforward.NewOnAddressesWithContext(ctx, dialer, []string{"127.0.0.1"}, ports, ready, io.Discard, io.Discard)
+	pf, err := portforward.NewOnAddressesForStreamingWithContext(ctx, dialer, []string{"127.0.0.1"}, ports, ready, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,11 +209,12 @@ func roundTripTwoPorts(t *testing.T, local map[int]int) {
 
 // TestPortForwardThroughTheAPIServersWebSocketTunnel: kubectl's default
 // transport, SPDY tunnelled in a WebSocket (client-go's
-// NewSPDYOverWebsocketDialer), ends at the API server, which forwards SPDY
-// to the kubelet; a kubelet never sees the tunnel. The API server's own
-// tunnel and proxy (k8s.io/apiserver's TunnelingHandler over
-// k8s.io/apimachinery's UpgradeAwareHandler) stand in front of the
-// handler here, and the bytes round-trip on two ports at once.
+// NewSPDYOverWebsocketDialer; its ForStreaming form here), ends at the
+// API server, which forwards SPDY to the kubelet; a kubelet never sees
+// the tunnel. The API server's own tunnel and proxy (k8s.io/apiserver's
+// TunnelingHandler over k8s.io/apimachinery's UpgradeAwareHandler) stand
+// in front of the handler here, and the bytes round-trip on two ports at
+// once.
 func TestPortForwardThroughTheAPIServersWebSocketTunnel(t *testing.T) {
 	g := newEchoGuests()
 	ts := newTestServer(t, g)
@@ -236,7 +237,7 @@ func TestPortForwardThroughTheAPIServersWebSocketTunnel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dialer, err := portforward.NewSPDYOverWebsocketDialer(u, &rest.Config{Host: front.URL, BearerToken: adminToken})
+	dialer, err := portforward.NewSPDYOverWebsocketDialerForStreaming(u, &rest.Config{Host: front.URL, BearerToken: adminToken})
 	if err != nil {
 		t.Fatal(err)
 	}
