@@ -51,7 +51,7 @@ func main() {
 	fs.StringVar(&tokenFile, "token-file", "", "Where the agent keeps its renewed token; defaults to <state-dir>/token.")
 	fs.StringVar(&managedPrefs, "managed-preferences", "", "On a Mac, the chassis' managed preferences (its MDM profile): the serial, the agents' namespace and the bootstrap kubeconfig, for the flags not given.")
 	fs.StringVar(&guestKeyFile, "guest-key-file", "", "Where the agent keeps the chassis' guest key, which opens its instances' sealed guest configs; defaults to <state-dir>/guest-key.")
-	fs.StringVar(&kubeletAddress, "kubelet-address", "", "Serve the kubelet API of this chassis' instances (kubectl exec and logs) on IP:port; the IP is the one enrolled with --address. Empty serves none.")
+	fs.StringVar(&kubeletAddress, "kubelet-address", "", "Serve the kubelet API of this chassis' instances (kubectl exec, logs and port-forward) on IP:port; the IP is the one enrolled with --address. Empty serves none.")
 	fs.StringVar(&kubeletClientCA, "kubelet-client-ca-file", "", "The CA of the client certificates the kubelet API accepts: the cluster's, which signs the API server's --kubelet-client-certificate.")
 	fs.StringVar(&kubeletCert, "kubelet-tls-cert-file", "", "The kubelet API's serving certificate; with --kubelet-tls-key-file. Empty: a self-signed one.")
 	fs.StringVar(&kubeletKey, "kubelet-tls-key-file", "", "The kubelet API's serving key.")

@@ -275,8 +275,8 @@ func run(ctx context.Context, cfg *rest.Config, c Config, wg *sync.WaitGroup, re
 }
 
 // addKubelet serves the kubelet API of the chassis' instances once the
-// cache has synced: exec and logs, resolved from the cache, checked with
-// TokenReviews and SubjectAccessReviews as the agent itself.
+// cache has synced: exec, logs and port-forward, resolved from the cache,
+// checked with TokenReviews and SubjectAccessReviews as the agent itself.
 func (c Config) addKubelet(mgr manager.Manager, cfg *rest.Config) error {
 	reviews, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

@@ -120,10 +120,12 @@ func TestTenantRolesCoverLeasesInstancesAndPodsAndNeverStatus(t *testing.T) {
 		var resources []string
 		for _, rule := range r.Rules {
 			for _, res := range rule.Resources {
-				// The VMs' Pods' access subresources (issue 32), and no other:
-				// exec (create) for editors, logs (get) for both.
+				// The VMs' Pods' access subresources (issues 32 and 33), and no
+				// other: exec (create) and port-forward (create, get) for
+				// editors, logs (get) for both.
 				access := rule.APIGroups[0] == "" && (res == "pods/log" && slices.Equal(rule.Verbs, []string{"get"}) ||
-					res == "pods/exec" && name == "macrack-tenant-edit" && slices.Equal(rule.Verbs, []string{"create"}))
+					res == "pods/exec" && name == "macrack-tenant-edit" && slices.Equal(rule.Verbs, []string{"create"}) ||
+					res == "pods/portforward" && name == "macrack-tenant-edit" && slices.Equal(rule.Verbs, []string{"create", "get"}))
 				if (strings.Contains(res, "/") && !access) || res == "*" {
 					t.Errorf("%s grants %s %v; tenants never write status or other subresources", name, res, rule.Verbs)
 				}
@@ -135,6 +137,9 @@ func TestTenantRolesCoverLeasesInstancesAndPodsAndNeverStatus(t *testing.T) {
 		}
 		if !contains(resources, "macnodeleases") || !contains(resources, "macosinstances") || !contains(resources, "pods") || !contains(resources, "pods/log") {
 			t.Errorf("%s must cover leases, instances, and their Pods and logs, has %v", name, resources)
+		}
+		if edit := name == "macrack-tenant-edit"; contains(resources, "pods/exec") != edit || contains(resources, "pods/portforward") != edit {
+			t.Errorf("%s: exec and port-forward are the editors' (and theirs only), has %v", name, resources)
 		}
 	}
 	for _, rule := range all["macrack-tenant-view"].Rules {

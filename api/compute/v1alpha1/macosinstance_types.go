@@ -9,15 +9,15 @@ import (
 
 // The spec is immutable once created: the agent placed, cloned and sized
 // the VM from it, and the chassis' inventory counts it as written. The rule
-// names each field rather than comparing the whole spec, so that a future
-// spec.access (the tenant's keys) may change; the schema suite's test
+// names each field rather than comparing the whole spec, so that
+// spec.access (the tenant's SSH keys) may change; the schema suite's test
 // "refuses a change to every spec field" fails when a field is added
-// without being named here.
+// without being named here or being access.
 // +kubebuilder:validation:XValidation:rule="self.leaseName == oldSelf.leaseName && self.imageName == oldSelf.imageName && self.cpu == oldSelf.cpu && self.memory == oldSelf.memory && self.disk == oldSelf.disk",message="spec is immutable once created (leaseName, imageName, cpu, memory and disk)"
 // +kubebuilder:validation:XValidation:rule="has(self.guestConfig) == has(oldSelf.guestConfig) && (!has(self.guestConfig) || self.guestConfig == oldSelf.guestConfig)",message="guestConfig is set at creation and never changed"
 
 // MacOSInstanceSpec is one macOS VM inside the tenant's lease. It is
-// immutable once created.
+// immutable once created, but for access.
 type MacOSInstanceSpec struct {
 	// leaseName names the MacNodeLease, in this namespace, that the VM runs in.
 	// +required
@@ -55,6 +55,36 @@ type MacOSInstanceSpec struct {
 	// hands it to the guest over vsock. Set at creation, never changed.
 	// +optional
 	GuestConfig *SealedGuestConfig `json:"guestConfig,omitempty"`
+
+	// access is how the tenant's people reach the VM. It is the one part
+	// of the spec that may change after creation: the host agent installs
+	// a change in the running guest.
+	// +optional
+	Access *InstanceAccess `json:"access,omitempty"`
+}
+
+// InstanceAccess is how the tenant's people reach an instance's VM.
+type InstanceAccess struct {
+	// sshAuthorizedKeys are OpenSSH public keys, one line each as in
+	// authorized_keys ("ssh-ed25519 AAAA... comment"), without options.
+	// The host agent installs them for the image's login user, in place of
+	// the keys it installed before, so that ssh through kubectl
+	// port-forward to the VM's port 22 logs in as that user. Public keys
+	// are not secret.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=8192
+	// +kubebuilder:validation:items:XValidation:rule="self.matches('^(ssh-ed25519|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecdsa-sha2-nistp521|sk-ssh-ed25519@openssh.com|sk-ecdsa-sha2-nistp256@openssh.com|ssh-rsa) [A-Za-z0-9+/]+={0,3}( [^\\n]*)?$')",message="each key is one line of an OpenSSH public key: its type (ssh-ed25519, ecdsa-sha2-nistp256, ecdsa-sha2-nistp384, ecdsa-sha2-nistp521, sk-ssh-ed25519@openssh.com, sk-ecdsa-sha2-nistp256@openssh.com or ssh-rsa), a space, its base64, and an optional comment"
+	SSHAuthorizedKeys []string `json:"sshAuthorizedKeys,omitempty"`
+}
+
+// SSHAuthorizedKeys are the keys spec.access names, or none.
+func (s *MacOSInstanceSpec) SSHAuthorizedKeys() []string {
+	if s.Access == nil {
+		return nil
+	}
+	return s.Access.SSHAuthorizedKeys
 }
 
 // SealedGuestConfig is an HPKE-sealed blob for one instance's guest. The

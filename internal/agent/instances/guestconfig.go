@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -11,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
 	"github.com/boualleiguie/macrack-operator/internal/guest"
 	"github.com/boualleiguie/macrack-operator/internal/sealing"
@@ -47,9 +49,11 @@ type guestWord struct {
 
 // tendGuest asks the guest agent, through the helper's vsock proxy, for a
 // report and, if the instance has a sealed guest config the guest has not
-// taken, hands it over, then asks again. A guest that does not answer yet
-// is not an error: it is booting.
-func (r *Instances) tendGuest(ctx context.Context, log logr.Logger, c *helper.Client, inst *computev1alpha1.MacOSInstance) guestWord {
+// taken, hands it over, then asks again. Last, if the guest holds other
+// SSH keys than spec.access names, it hands it those (tendKeys). A guest
+// that does not answer yet is not an error: it is booting.
+func (r *Instances) tendGuest(ctx context.Context, log logr.Logger, c *helper.Client, inst *computev1alpha1.MacOSInstance,
+	img *fleetv1alpha1.MacOSImage) guestWord {
 	rctx, cancel := context.WithTimeout(ctx, guestReportTimeout)
 	defer cancel()
 	conn, err := c.DialGuest(rctx, r.GuestPort)
@@ -70,18 +74,19 @@ func (r *Instances) tendGuest(ctx context.Context, log logr.Logger, c *helper.Cl
 		return guestWord{}
 	}
 	w := guestWord{report: &rep}
-	if !owesConfig(inst, rep) {
-		return w
-	}
-	w.config, w.message = r.configureGuest(ctx, log, gc, ack, inst)
-	if w.config != nil && w.config.Phase == computev1alpha1.GuestConfigDelivered {
-		// The guest's word after it took the config, in the same write.
-		actx, cancel := context.WithTimeout(ctx, guestReportTimeout)
-		defer cancel()
-		if again, err := gc.Report(actx); err == nil {
-			w.report = &again
+	if owesConfig(inst, rep) {
+		w.config, w.message = r.configureGuest(ctx, log, gc, ack, inst)
+		if w.config != nil && w.config.Phase == computev1alpha1.GuestConfigDelivered {
+			// The guest's word after it took the config, in the same write.
+			actx, cancel := context.WithTimeout(ctx, guestReportTimeout)
+			defer cancel()
+			if again, err := gc.Report(actx); err == nil {
+				w.report = &again
+			}
 		}
 	}
+	// Last: a session takes the connection over.
+	w.message = joinMessages(w.message, r.tendKeys(ctx, log, gc, ack, inst, img, *w.report))
 	return w
 }
 
@@ -182,7 +187,8 @@ func (r *Instances) guestKeyID() string {
 // logOnce logs msg's condition when the instance's status does not say
 // msg yet: a condition that stands is logged once, not at every poll.
 func (r *Instances) logOnce(log logr.Logger, inst *computev1alpha1.MacOSInstance, msg, logMsg string, kv ...any) {
-	if rt := inst.Status.Runtime; rt != nil && rt.Message == msg {
+	// Contains: the pass may say more than msg (joinMessages).
+	if rt := inst.Status.Runtime; rt != nil && strings.Contains(rt.Message, msg) {
 		log.V(1).Info(logMsg, kv...)
 		return
 	}

@@ -122,6 +122,14 @@ type Instances struct {
 	// wipes are the latest wipes' evidence, for the MacNode report.
 	wipesMu sync.Mutex
 	wipes   []fleetv1alpha1.WipeEvidence
+
+	// keysSaid is, per instance, the outcome of handing its guest its SSH
+	// keys that was last logged, so that each is logged once.
+	keysMu   sync.Mutex
+	keysSaid map[types.UID]string
+	// openKeys opens the session that hands a guest its keys; nil is a
+	// guest.Session on the pass's connection (tests replace it).
+	openKeys func(ctx context.Context, gc *guest.Client, user string) (keySetter, error)
 }
 
 // RecentWipes is the evidence of the latest wipes, newest last.
@@ -318,7 +326,7 @@ func (r *Instances) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	}
 	var w guestWord
 	if state == driver.StateRunning {
-		w = r.tendGuest(ctx, log, c, inst)
+		w = r.tendGuest(ctx, log, c, inst, img)
 	}
 	return ctrl.Result{RequeueAfter: r.Poll}, r.reportGuest(ctx, inst, vmPhase(state), w.message, w)
 }
@@ -518,6 +526,7 @@ func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *compute
 		return r.refused(ctx, log, inst, computev1alpha1.VMStopped,
 			"removing the "+fleetv1alpha1.DiskWipeFinalizer+" finalizer after the wipe", err)
 	}
+	r.keysOutcome(inst.UID, "")
 	log.Info("Instance wiped and released", "MacOSInstance", client.ObjectKeyFromObject(inst))
 	return nil
 }

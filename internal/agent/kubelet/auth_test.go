@@ -43,6 +43,7 @@ func TestRequestAttributes(t *testing.T) {
 		{"PUT", "/exec/ns/pod/macos", "create", "proxy"},
 		{"GET", "/attach/ns/pod/macos", "create", "proxy"},
 		{"GET", "/portForward/ns/pod", "create", "proxy"},
+		{"POST", "/portForward/ns/pod/uid", "create", "proxy"},
 		{"DELETE", "/run/ns/pod/macos", "create", "proxy"},
 		{"GET", "/exec", "create", "proxy"},
 		// Not a streaming path: a name that only starts like one.

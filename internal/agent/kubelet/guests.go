@@ -28,6 +28,14 @@ type Guests interface {
 	// was written reaches the client as the request's error; a write to w
 	// that fails (the client went, limitBytes was reached) should end it.
 	Logs(ctx context.Context, inst *computev1alpha1.MacOSInstance, o LogOptions, w io.Writer) error
+	// PortForward carries one forwarded connection, stream, to port (TCP,
+	// on the VM's own loopback) in the VM of inst, and returns when the
+	// connection ends either side, or when ctx does. A port outside
+	// 1..65535 is refused; a port nothing listens on is an error that says
+	// so, returned promptly: the client sees it for that connection, which
+	// ends. The server calls it once per forwarded connection, and may
+	// call it for several ports of one VM at once.
+	PortForward(ctx context.Context, inst *computev1alpha1.MacOSInstance, port int32, stream io.ReadWriteCloser) error
 }
 
 // LogOptions are a containerLogs request's query, checked: TailLines is

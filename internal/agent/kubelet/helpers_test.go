@@ -161,6 +161,7 @@ type fakeGuests struct {
 	calls int
 	exec  func(ctx context.Context, inst *computev1alpha1.MacOSInstance, cmd []string, in io.Reader, out, errOut io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize) error
 	logs  func(ctx context.Context, inst *computev1alpha1.MacOSInstance, o LogOptions, w io.Writer) error
+	fwd   func(ctx context.Context, inst *computev1alpha1.MacOSInstance, port int32, stream io.ReadWriteCloser) error
 }
 
 func (g *fakeGuests) Exec(ctx context.Context, inst *computev1alpha1.MacOSInstance, cmd []string, in io.Reader, out, errOut io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize) error {
@@ -181,6 +182,16 @@ func (g *fakeGuests) Logs(ctx context.Context, inst *computev1alpha1.MacOSInstan
 		return fmt.Errorf("no logs in this test")
 	}
 	return g.logs(ctx, inst, o, w)
+}
+
+func (g *fakeGuests) PortForward(ctx context.Context, inst *computev1alpha1.MacOSInstance, port int32, stream io.ReadWriteCloser) error {
+	g.mu.Lock()
+	g.calls++
+	g.mu.Unlock()
+	if g.fwd == nil {
+		return fmt.Errorf("no port-forward in this test")
+	}
+	return g.fwd(ctx, inst, port, stream)
 }
 
 func (g *fakeGuests) called() int {

@@ -83,7 +83,7 @@ func (c CacheResolver) Resolve(ctx context.Context, namespace, pod string) (*com
 	}
 	if why := fenced(mn); why != "" {
 		return nil, refusef(http.StatusBadRequest,
-			"node %s %s: its VMs are being stopped, and it serves no exec or logs until it recovers", c.NodeName, why)
+			"node %s %s: its VMs are being stopped, and it serves no exec, logs or port-forward until it recovers", c.NodeName, why)
 	}
 	return inst, nil
 }
@@ -120,13 +120,26 @@ const resolveLimit = 10 * time.Second
 
 // The operations a VM serves, for the messages that refuse them.
 const (
-	opExec = "exec"
-	opLogs = "logs"
+	opExec        = "exec"
+	opLogs        = "logs"
+	opPortForward = "port-forward"
 )
 
 // target resolves a request for container of pod in namespace (and, if
 // uid is not empty, of that UID) to a VM that can serve op now.
 func (s *Server) target(ctx context.Context, namespace, pod, uid, container, op string) (*computev1alpha1.MacOSInstance, error) {
+	return s.resolve(ctx, namespace, pod, uid, &container, op)
+}
+
+// targetPod resolves a request for pod in namespace (and, if uid is not
+// empty, of that UID), which names no container, to a VM that can serve
+// op now: as target, the container aside.
+func (s *Server) targetPod(ctx context.Context, namespace, pod, uid, op string) (*computev1alpha1.MacOSInstance, error) {
+	return s.resolve(ctx, namespace, pod, uid, nil, op)
+}
+
+// resolve is target, and targetPod when container is nil.
+func (s *Server) resolve(ctx context.Context, namespace, pod, uid string, container *string, op string) (*computev1alpha1.MacOSInstance, error) {
 	// A cache that has not synced yet blocks its reads: a request fails
 	// rather than hangs.
 	ctx, cancel := context.WithTimeout(ctx, resolveLimit)
@@ -138,9 +151,9 @@ func (s *Server) target(ctx context.Context, namespace, pod, uid, container, op 
 	if uid != "" && types.UID(uid) != inst.UID {
 		return nil, refusef(http.StatusNotFound, "no MacRack VM %s/%s with uid %s on node %s", namespace, pod, uid, s.NodeName)
 	}
-	if container != fleetv1alpha1.InstanceContainer {
+	if container != nil && *container != fleetv1alpha1.InstanceContainer {
 		return nil, refusef(http.StatusNotFound, "container %q not found in MacRack VM %s/%s: its one container is %q",
-			container, namespace, pod, fleetv1alpha1.InstanceContainer)
+			*container, namespace, pod, fleetv1alpha1.InstanceContainer)
 	}
 	return inst, serves(inst, op)
 }
@@ -150,7 +163,7 @@ func (s *Server) target(ctx context.Context, namespace, pod, uid, container, op 
 // now is a 400: the API server passes a 400's text on to kubectl logs, and
 // turns a 409's or a 503's into a generic message.
 func serves(inst *computev1alpha1.MacOSInstance, op string) error {
-	need := "exec needs a running VM"
+	need := op + " needs a running VM"
 	if op == opLogs {
 		need = "logs need a running VM"
 	}

@@ -94,7 +94,7 @@ func TestTarget(t *testing.T) {
 		name:     "chassis Quarantined",
 		world:    func(k *knobs) { k.nodePhase = fleetv1alpha1.MacNodeQuarantined },
 		ctlWorld: func(k *knobs) { k.nodePhase = fleetv1alpha1.MacNodeLeased },
-		code:     http.StatusBadRequest, msg: "node mini1 is Quarantined, its kernel VM quota stuck: its VMs are being stopped, and it serves no exec or logs until it recovers",
+		code:     http.StatusBadRequest, msg: "node mini1 is Quarantined, its kernel VM quota stuck: its VMs are being stopped, and it serves no exec, logs or port-forward until it recovers",
 	}, {
 		name:  "chassis Rebooting",
 		world: func(k *knobs) { k.nodePhase = fleetv1alpha1.MacNodeRebooting },

@@ -11,8 +11,8 @@ import (
 )
 
 // routes are the kubelet API's paths that the agent serves. Anything else
-// is a 404, after authorization: /portForward, /run, /pods, /stats and
-// the rest are not served.
+// is a 404, after authorization: /run, /pods, /stats and the rest are not
+// served.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	for _, method := range []string{http.MethodGet, http.MethodPost} {
@@ -21,6 +21,9 @@ func (s *Server) routes() http.Handler {
 		mux.HandleFunc(method+" /exec/{namespace}/{pod}/{uid}/{container}", s.serveExec)
 		mux.HandleFunc(method+" /attach/{namespace}/{pod}/{container}", s.serveAttach)
 		mux.HandleFunc(method+" /attach/{namespace}/{pod}/{uid}/{container}", s.serveAttach)
+		// The API server's port-forward is a POST (SPDY) or a GET (WebSocket).
+		mux.HandleFunc(method+" /portForward/{namespace}/{pod}", s.servePortForward)
+		mux.HandleFunc(method+" /portForward/{namespace}/{pod}/{uid}", s.servePortForward)
 	}
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.serveLogs)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -28,17 +31,18 @@ func (s *Server) routes() http.Handler {
 		_, _ = w.Write([]byte("ok"))
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
-		http.Error(w, "404 page not found: the MacRack agent serves exec, containerLogs and healthz only", http.StatusNotFound)
+		http.Error(w, "404 page not found: the MacRack agent serves exec, portForward, containerLogs and healthz only", http.StatusNotFound)
 	})
 	return mux
 }
 
 // refuse answers a request with err: a *Refusal's code and message, or
-// a 500. An exec's or an attach's refusal is a metav1.Status in JSON, as
-// the API server's own: client-go's WebSocket executor would read a text
-// body with a colon in it as YAML and lose the message, and its SPDY one
-// prints a Status's message. Any other refusal is text, as the kubelet's:
-// the API server hands a 400's text on to kubectl logs as it is.
+// a 500. An upgrade's refusal (exec, attach, port-forward) is a
+// metav1.Status in JSON, as the API server's own: client-go's WebSocket
+// executor would read a text body with a colon in it as YAML and lose the
+// message, and its SPDY clients print a Status's message. Any other
+// refusal is text, as the kubelet's: the API server hands a 400's text on
+// to kubectl logs as it is.
 func refuse(w http.ResponseWriter, r *http.Request, err error) {
 	code, msg := http.StatusInternalServerError, err.Error()
 	var ref *Refusal

@@ -1,12 +1,14 @@
 // Package kubelet is the host agent's kubelet API: what the API server
-// calls on a Node's kubelet for kubectl exec and kubectl logs, served for
-// the chassis' MacOSInstances, whose Pods name this Node.
+// calls on a Node's kubelet for kubectl exec, kubectl logs and kubectl
+// port-forward, served for the chassis' MacOSInstances, whose Pods name
+// this Node.
 //
 // It is a kubelet's API, as a kubelet serves it: TLS, x509 client
 // certificates and bearer tokens (TokenReview), every request authorized
 // by SubjectAccessReview on nodes/<subresource>, the kubelet's paths and
-// query parameters, exec over SPDY and WebSockets (the streaming
-// protocols of k8s.io/cri-streaming, and v5.channel.k8s.io). It differs
+// query parameters, exec and port-forward over SPDY and WebSockets (the
+// streaming protocols of k8s.io/cri-streaming, and v5.channel.k8s.io for
+// exec). It differs
 // from a kubelet where a kubelet is unsafe or has nothing to serve:
 //
 //   - /exec, /attach, /portForward and /run need create, whatever the
@@ -74,9 +76,9 @@ type Server struct {
 	Resolver Resolver
 	Guests   Guests
 	Log      logr.Logger
-	// StreamIdleTimeout ends an exec session idle that long (4h if zero);
-	// StreamCreationTimeout bounds a client's opening of its streams (30s
-	// if zero).
+	// StreamIdleTimeout ends an exec or port-forward session idle that
+	// long (4h if zero); StreamCreationTimeout bounds a client's opening of
+	// its streams (30s if zero).
 	StreamIdleTimeout, StreamCreationTimeout time.Duration
 }
 

@@ -1,8 +1,8 @@
 // Package sessions reaches an instance's guest for the agent's kubelet
-// API: it opens an exec and logs session with the guest agent, over the
-// vsock proxy of the instance's VM helper, as the image's login user. It
-// holds no state: each exec and each log stream has its own connection,
-// which ends with it.
+// API: it opens an exec, logs or port-forward session with the guest
+// agent, over the vsock proxy of the instance's VM helper, as the image's
+// login user. It holds no state: each exec, each log stream and each
+// forwarded connection has its own connection, which ends with it.
 package sessions
 
 import (
@@ -94,6 +94,45 @@ func (g *Guests) Logs(ctx context.Context, inst *computev1alpha1.MacOSInstance, 
 	return s.Logs(ctx, guest.LogOptions{Follow: o.Follow, TailLines: o.TailLines, Timestamps: o.Timestamps,
 		LimitBytes: o.LimitBytes, SinceTime: o.SinceTime}, w)
 }
+
+// PortForward carries one forwarded connection, stream, to port in the
+// guest of inst, over a session of its own, and returns when either end
+// closes or ctx ends. A port that nothing listens on in the guest is an
+// error that says so.
+func (g *Guests) PortForward(ctx context.Context, inst *computev1alpha1.MacOSInstance, port int32, stream io.ReadWriteCloser) error {
+	if port < 1 || port > 65535 {
+		return fmt.Errorf("port %d is not a TCP port: it must be within 1..65535", port)
+	}
+	s, err := g.session(ctx, inst)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return forwardError(s.Forward(ctx, uint16(port), stream), port, inst)
+}
+
+// forwardError is err as the client is told it: a closed port names the
+// port and the VM.
+func forwardError(err error, port int32, inst *computev1alpha1.MacOSInstance) error {
+	if errors.Is(err, guest.ErrPortClosed) {
+		return &PortClosedError{Port: port, Namespace: inst.Namespace, Name: inst.Name, Err: err}
+	}
+	return err
+}
+
+// PortClosedError is a forward to a port that nothing listens on in the
+// guest. It unwraps to guest.ErrPortClosed.
+type PortClosedError struct {
+	Port            int32
+	Namespace, Name string
+	Err             error
+}
+
+func (e *PortClosedError) Error() string {
+	return fmt.Sprintf("nothing listens on port %d in VM %s/%s", e.Port, e.Namespace, e.Name)
+}
+
+func (e *PortClosedError) Unwrap() error { return e.Err }
 
 // session opens a session with inst's guest agent, as the image's login
 // user. The caller closes it.

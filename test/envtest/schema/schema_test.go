@@ -308,12 +308,15 @@ var _ = Describe("The schema", func() {
 	Context("MacOSInstance.spec", func() {
 		// Every field of the spec, with a value the schema admits on a new
 		// instance. A field added to the spec and not to the immutability
-		// rule (only a future spec.access may change) fails here.
+		// rule (only spec.access may change) fails here.
 		changes := map[string]any{"leaseName": "l2", "imageName": "other", "cpu": int64(64), "memory": "4Ti", "disk": "1Ki",
 			"guestConfig": map[string]any{"keyID": "0123456789abcdef", "sealed": "AAAA"}}
-		It("refuses a change to every spec field", func() {
+		It("refuses a change to every spec field but access", func() {
 			for _, f := range reflect.VisibleFields(reflect.TypeFor[computev1alpha1.MacOSInstanceSpec]()) {
 				name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+				if name == "access" {
+					continue // the tenant's keys: see MacOSInstance.spec.access
+				}
 				Expect(changes).To(HaveKey(name), "spec.%s is new: name it in the immutability rule, and here", name)
 			}
 			for field, value := range changes {
@@ -330,6 +333,87 @@ var _ = Describe("The schema", func() {
 				i.SetLabels(map[string]string{"team": "ios"})
 				Expect(k8s.Update(ctx, i)).To(Succeed())
 			}
+		})
+	})
+
+	Context("MacOSInstance.spec.access", func() {
+		const (
+			alice = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHVzZXJzLWtleS1pcy1ub3QtYS1zZWNyZXQtYXQtYWxs alice@laptop"
+			bob   = "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTY= bob"
+			carol = "sk-ssh-ed25519@openssh.com AAAAGnNrLXNzaC1lZDI1NTE5QG9wZW5zc2guY29t"
+		)
+		keys := func(k ...string) map[string]any {
+			list := make([]any, len(k))
+			for i := range k {
+				list[i] = k[i]
+			}
+			return map[string]any{"sshAuthorizedKeys": list}
+		}
+		setAccess := func(i *unstructured.Unstructured, access map[string]any) {
+			GinkgoHelper()
+			if access == nil {
+				unstructured.RemoveNestedField(i.Object, "spec", "access")
+				return
+			}
+			Expect(unstructured.SetNestedField(i.Object, access, "spec", "access")).To(Succeed())
+		}
+
+		It("may be set, changed and removed after creation, alone", func() {
+			i := instance(ns, "keys-change", nil)
+			Expect(k8s.Create(ctx, i)).To(Succeed())
+			for _, access := range []map[string]any{keys(alice), keys(alice, bob, carol), keys(bob), {}, nil, keys(carol)} {
+				setAccess(i, access)
+				Expect(k8s.Update(ctx, i)).To(Succeed(), "spec.access %v", access)
+			}
+			got := &computev1alpha1.MacOSInstance{}
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(i), got)).To(Succeed())
+			Expect(got.Spec.SSHAuthorizedKeys()).To(Equal([]string{carol}))
+
+			By("the rest of the spec stays immutable beside it")
+			setAccess(i, keys(alice))
+			Expect(unstructured.SetNestedField(i.Object, int64(8), "spec", "cpu")).To(Succeed())
+			err := k8s.Update(ctx, i)
+			expectSchemaRefusal(err, "spec", metav1.CauseTypeFieldValueInvalid, "spec is immutable once created")
+		})
+
+		DescribeTable("refuses a key that is not one line of an OpenSSH public key",
+			func(key string) {
+				const msg = "each key is one line of an OpenSSH public key"
+				err := k8s.Create(ctx, instance(ns, "keys-bad", func(s map[string]any) { s["access"] = keys(alice, key) }))
+				expectSchemaRefusal(err, "spec.access.sshAuthorizedKeys[1]", metav1.CauseTypeFieldValueInvalid, msg)
+
+				By("on an update too, and the same instance takes a good key (positive control)")
+				i := instance(ns, "keys-later", nil)
+				Expect(k8s.Create(ctx, i)).To(Succeed())
+				DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, i))).To(Succeed()) })
+				setAccess(i, keys(key))
+				expectSchemaRefusal(k8s.Update(ctx, i), "spec.access.sshAuthorizedKeys[0]", metav1.CauseTypeFieldValueInvalid, msg)
+				setAccess(i, keys(alice))
+				Expect(k8s.Update(ctx, i)).To(Succeed())
+			},
+			Entry("two keys in one", alice+"\n"+bob),
+			Entry("a trailing newline", alice+"\n"),
+			Entry("authorized_keys options", `from="10.0.0.0/8",no-pty `+alice),
+			Entry("a DSA key", "ssh-dss AAAAB3NzaC1kc3MAAACBAP alice"),
+			Entry("no key after the type", "ssh-ed25519"),
+			Entry("no space after the type", "ssh-ed25519AAAAC3NzaC1lZDI1NTE5"),
+			Entry("a key that is not base64", "ssh-ed25519 AAAA$$$$ alice"),
+			Entry("a private key", "-----BEGIN OPENSSH PRIVATE KEY-----"),
+			Entry("nothing", ""),
+		)
+
+		It("refuses a 33rd key and a key over 8192 characters", func() {
+			many := make([]string, 33)
+			for n := range many {
+				many[n] = alice
+			}
+			err := k8s.Create(ctx, instance(ns, "keys-many", func(s map[string]any) { s["access"] = keys(many...) }))
+			expectSchemaRefusal(err, "spec.access.sshAuthorizedKeys", metav1.CauseTypeTooMany, "must have at most 32 items")
+			long := "ssh-rsa " + strings.Repeat("A", 8192-len("ssh-rsa "))
+			Expect(k8s.Create(ctx, instance(ns, "keys-long-ok", func(s map[string]any) { s["access"] = keys(long) }))).
+				To(Succeed(), "positive control: 8192 characters")
+			err = k8s.Create(ctx, instance(ns, "keys-long", func(s map[string]any) { s["access"] = keys(long + "A") }))
+			expectSchemaRefusal(err, "spec.access.sshAuthorizedKeys[0]", metav1.CauseTypeTooLong, "may not be more than 8192")
 		})
 	})
 
