@@ -1,6 +1,8 @@
 package access
 
 import (
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -104,4 +106,108 @@ func BenchmarkKubectlExec(b *testing.B) {
 	k50, _ := percentiles(b, "kubectl", kubectlTimes)
 	h50, _ := percentiles(b, "hop", hopTimes)
 	b.ReportMetric(100*h50/k50, "hop-share-%")
+}
+
+// sinkConn is what Forward carries to the guest: the bytes written into
+// w, read by the forward; what the guest answers is dropped.
+type sinkConn struct {
+	*io.PipeReader
+}
+
+func (sinkConn) Write(p []byte) (int, error) { return len(p), nil }
+
+// sendAll writes size bytes in 1 MiB writes to w, then closes it.
+func sendAll(w io.WriteCloser, size int) error {
+	chunk := make([]byte, 1<<20)
+	for sent := 0; sent < size; sent += len(chunk) {
+		if _, err := w.Write(chunk); err != nil {
+			return err
+		}
+	}
+	return w.Close()
+}
+
+// BenchmarkForwardThroughput: 1 GiB per iteration to the sim guest's TCP
+// sink (port 9), side by side in one run: "hop" through the agent-to-guest
+// path a port-forward takes (helper socket, vsock proxy, session, forward
+// channel), "loopback" as a direct TCP copy on loopback of the same bytes,
+// and "kubectl-port-forward" end to end through the API server (256 MiB).
+func BenchmarkForwardThroughput(b *testing.B) {
+	benchSetUp(b)
+	const size = 1 << 30
+	sock := filepath.Join(agents[tenantA.Node].StateDir, "run", string(tenantA.Instance.UID)+".sock")
+	b.Run("hop", func(b *testing.B) {
+		b.SetBytes(size)
+		for range b.N {
+			hc, err := helper.Dial(ctx, sock)
+			if err != nil {
+				b.Fatal(err)
+			}
+			conn, err := hc.DialGuest(ctx, guest.DefaultPort)
+			hc.Close()
+			if err != nil {
+				b.Fatal(err)
+			}
+			s, err := guest.NewClient(conn).Session(ctx, "admin")
+			if err != nil {
+				b.Fatal(err)
+			}
+			pr, pw := io.Pipe()
+			done := make(chan error, 1)
+			go func() { done <- s.Forward(ctx, 9, sinkConn{pr}) }()
+			if err := sendAll(pw, size); err != nil {
+				b.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+			s.Close()
+		}
+	})
+	b.Run("loopback", func(b *testing.B) {
+		b.SetBytes(size)
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+		for range b.N {
+			read := make(chan error, 1)
+			go func() {
+				c, err := l.Accept()
+				if err != nil {
+					read <- err
+					return
+				}
+				defer c.Close()
+				_, err = io.Copy(io.Discard, c)
+				read <- err
+			}()
+			c, err := net.Dial("tcp", l.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := sendAll(c, size); err != nil {
+				b.Fatal(err)
+			}
+			if err := <-read; err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("kubectl-port-forward", func(b *testing.B) {
+		const size = 256 << 20
+		b.SetBytes(size)
+		fwd := portForward(tenantA.Kubeconfig, tenantA.Namespace, "ci", 9)
+		defer fwd.Stop()
+		for range b.N {
+			c, err := net.Dial("tcp", "127.0.0.1:"+fwd.Port)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := sendAll(c.(*net.TCPConn), size); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
