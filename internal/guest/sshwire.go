@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"bufio"
 	"bytes"
 	"net"
 	"strconv"
@@ -194,7 +195,10 @@ func (w *asyncWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// loop writes the queue out until a write fails or the conn is closed.
+// loop writes the queue out until a write fails or the conn is closed:
+// all that is queued at once, in one writev where the conn has it, so
+// that the SSH packets of a fast stream, and their length prefixes,
+// cross in few syscalls.
 func (w *asyncWriter) loop() {
 	defer close(w.flushed)
 	w.mu.Lock()
@@ -206,19 +210,35 @@ func (w *asyncWriter) loop() {
 		if w.err != nil {
 			return
 		}
-		b := w.queue[0]
-		w.queue[0] = nil
-		w.queue = w.queue[1:]
+		batch := net.Buffers(w.queue)
+		w.queue = nil
 		w.mu.Unlock()
-		_, err := w.Conn.Write(b)
+		n, err := batch.WriteTo(w.Conn)
 		w.mu.Lock()
-		w.queued -= len(b)
+		w.queued -= int(n)
 		if err != nil && w.err == nil {
 			w.err = err
 		}
 		w.cond.Broadcast()
 	}
 }
+
+// readBuffered is a session's connection as SSH reads it: through a
+// transportReadBuffer buffer, so that a read takes many SSH packets at
+// once. x/crypto/ssh reads through 4 KiB, so each 32 KiB packet took
+// two or three reads of the stream.
+type readBuffered struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+const transportReadBuffer = 256 << 10
+
+func newReadBuffered(conn net.Conn) *readBuffered {
+	return &readBuffered{Conn: conn, r: bufio.NewReaderSize(conn, transportReadBuffer)}
+}
+
+func (c *readBuffered) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // Close closes the conn, dropping what was not written yet, and waits for
 // the writing goroutine.
