@@ -133,11 +133,15 @@ func (c *Client) sshHandshake(ctx context.Context, user string) (*ssh.Client, er
 		ClientVersion:   "SSH-2.0-macrack-host",
 	}
 	cfg.Ciphers = sessionCiphers
-	conn, chans, reqs, err := ssh.NewClientConn(newReadBuffered(c.conn), "guest", cfg)
+	// Batched writes, as the guest's: SSH's own send 32 KiB packets in
+	// two writes each. Closing the SSH client closes aw.
+	aw := newAsyncWriter(c.conn)
+	conn, chans, reqs, err := ssh.NewClientConn(newReadBuffered(aw), "guest", cfg)
 	if !stop() {
 		<-fired
 	}
 	if err != nil {
+		_ = aw.Close()
 		if cerr := ctx.Err(); cerr != nil {
 			err = fmt.Errorf("%w: %w", cerr, err)
 		}

@@ -2,7 +2,6 @@ package guest
 
 import (
 	"bufio"
-	"bytes"
 	"net"
 	"strconv"
 	"strings"
@@ -153,21 +152,23 @@ func signalNumber(name string) int {
 	return int(unix.SignalNum("SIG" + name))
 }
 
-// asyncWriter is the guest's end of a session's connection: its writes
-// return once queued, and one goroutine writes them out in order. SSH has
-// both peers write before they read at points of its handshake (the
-// version lines, the new keys), which deadlocks on a transport without
-// buffers such as net.Pipe, the sim's vsock; a real vsock buffers, and
-// this costs it only a copy. A full queue (maxQueued) blocks writers, as a
-// socket's full buffer would.
+// asyncWriter is a session's connection as SSH writes it: its writes
+// return once queued, and one goroutine writes out all that is queued in
+// one write. SSH has both peers write before they read at points of its
+// handshake (the version lines, the new keys), which deadlocks on a
+// transport without buffers such as net.Pipe; and x/crypto/ssh writes
+// each 32 KiB packet in two writes (through a 4 KiB buffer), which this
+// batches with the packets queued beside it. A full queue (maxQueued)
+// blocks writers, as a socket's full buffer would.
 type asyncWriter struct {
 	net.Conn
 
 	mu      sync.Mutex
 	cond    *sync.Cond
-	queue   [][]byte
-	queued  int
-	err     error // the first failed write's, or net.ErrClosed
+	pending []byte // queued, not yet taken by loop
+	spare   []byte // the buffer loop last wrote out, for reuse
+	writing int    // bytes loop is writing
+	err     error  // the first failed write's, or net.ErrClosed
 	flushed chan struct{}
 }
 
@@ -183,44 +184,57 @@ func newAsyncWriter(conn net.Conn) *asyncWriter {
 func (w *asyncWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for w.queued >= maxQueued && w.err == nil {
+	for len(w.pending)+w.writing >= maxQueued && w.err == nil {
 		w.cond.Wait()
 	}
 	if w.err != nil {
 		return 0, w.err
 	}
-	w.queue = append(w.queue, bytes.Clone(p))
-	w.queued += len(p)
+	w.pending = append(w.pending, p...)
 	w.cond.Broadcast()
 	return len(p), nil
 }
 
-// loop writes the queue out until a write fails or the conn is closed:
-// all that is queued at once, in one writev where the conn has it, so
-// that the SSH packets of a fast stream, and their length prefixes,
-// cross in few syscalls.
+// loop writes the queue out until a write fails or the conn is closed.
 func (w *asyncWriter) loop() {
 	defer close(w.flushed)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for {
-		for len(w.queue) == 0 && w.err == nil {
+		for len(w.pending) == 0 && w.err == nil {
 			w.cond.Wait()
 		}
 		if w.err != nil {
 			return
 		}
-		batch := net.Buffers(w.queue)
-		w.queue = nil
+		batch := w.pending
+		w.pending, w.spare = w.spare[:0], nil
+		w.writing = len(batch)
 		w.mu.Unlock()
-		n, err := batch.WriteTo(w.Conn)
+		_, err := w.Conn.Write(batch)
 		w.mu.Lock()
-		w.queued -= int(n)
+		w.writing = 0
+		w.spare = batch[:0]
 		if err != nil && w.err == nil {
 			w.err = err
 		}
 		w.cond.Broadcast()
 	}
+}
+
+// Close closes the conn, dropping what was not written yet, and waits for
+// the writing goroutine.
+func (w *asyncWriter) Close() error {
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = net.ErrClosed
+	}
+	w.pending, w.spare = nil, nil
+	w.cond.Broadcast()
+	w.mu.Unlock()
+	err := w.Conn.Close()
+	<-w.flushed
+	return err
 }
 
 // readBuffered is a session's connection as SSH reads it: through a
@@ -239,18 +253,3 @@ func newReadBuffered(conn net.Conn) *readBuffered {
 }
 
 func (c *readBuffered) Read(p []byte) (int, error) { return c.r.Read(p) }
-
-// Close closes the conn, dropping what was not written yet, and waits for
-// the writing goroutine.
-func (w *asyncWriter) Close() error {
-	w.mu.Lock()
-	if w.err == nil {
-		w.err = net.ErrClosed
-	}
-	w.queue = nil
-	w.cond.Broadcast()
-	w.mu.Unlock()
-	err := w.Conn.Close()
-	<-w.flushed
-	return err
-}
