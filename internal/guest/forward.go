@@ -114,11 +114,11 @@ func splice(ctx context.Context, ch ssh.Channel, reqs <-chan *ssh.Request, local
 		events <- event{what: remoteClosed}
 	}()
 	go func() {
-		_, err := io.Copy(ch, local)
+		_, err := copyBuffered(ch, local)
 		events <- event{sent, err}
 	}()
 	go func() {
-		_, err := io.Copy(local, ch)
+		_, err := copyBuffered(local, ch)
 		events <- event{received, err}
 	}()
 
@@ -155,6 +155,30 @@ func splice(ctx context.Context, ch ssh.Channel, reqs <-chan *ssh.Request, local
 	shut(nil)
 	return cause
 }
+
+// copyBufferSize is a forward's copy buffer: a read of a TCP or SSH
+// channel's input takes all that is there, up to this, so that a fast
+// stream moves in few large writes (eight SSH packets, one syscall) rather
+// than many 32 KiB ones.
+const copyBufferSize = 256 << 10
+
+var copyBuffers = sync.Pool{New: func() any { return new([copyBufferSize]byte) }}
+
+// copyBuffered is io.Copy through a pooled copyBufferSize buffer. Neither
+// side's ReadFrom or WriteTo is used: an SSH channel has neither, and a
+// TCP connection's, from or to one, copies through 32 KiB.
+func copyBuffered(dst io.Writer, src io.Reader) (int64, error) {
+	buf := copyBuffers.Get().(*[copyBufferSize]byte)
+	defer copyBuffers.Put(buf)
+	return io.CopyBuffer(onlyWriter{dst}, onlyReader{src}, buf[:])
+}
+
+// onlyWriter and onlyReader hide a ReaderFrom and a WriterTo from
+// io.CopyBuffer, so that it uses its buffer.
+type (
+	onlyWriter struct{ io.Writer }
+	onlyReader struct{ io.Reader }
+)
 
 // cleanEnd reports whether a copy's error just means that a side closed.
 func cleanEnd(err error) bool {

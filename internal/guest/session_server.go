@@ -69,9 +69,10 @@ func (s *Server) serveSession(ctx context.Context, log logr.Logger, conn net.Con
 		ServerVersion: "SSH-2.0-macrack-guest",
 	}
 	cfg.AddHostKey(key)
+	cfg.Ciphers = sessionCiphers
 	aw := newAsyncWriter(conn)
 	defer aw.Close()
-	sc, chans, reqs, err := ssh.NewServerConn(aw, cfg)
+	sc, chans, reqs, err := ssh.NewServerConn(newReadBuffered(aw), cfg)
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Info("A session's SSH handshake failed", "reason", err.Error())

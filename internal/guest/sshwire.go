@@ -1,7 +1,7 @@
 package guest
 
 import (
-	"bytes"
+	"bufio"
 	"net"
 	"strconv"
 	"strings"
@@ -152,21 +152,23 @@ func signalNumber(name string) int {
 	return int(unix.SignalNum("SIG" + name))
 }
 
-// asyncWriter is the guest's end of a session's connection: its writes
-// return once queued, and one goroutine writes them out in order. SSH has
-// both peers write before they read at points of its handshake (the
-// version lines, the new keys), which deadlocks on a transport without
-// buffers such as net.Pipe, the sim's vsock; a real vsock buffers, and
-// this costs it only a copy. A full queue (maxQueued) blocks writers, as a
-// socket's full buffer would.
+// asyncWriter is a session's connection as SSH writes it: its writes
+// return once queued, and one goroutine writes out all that is queued in
+// one write. SSH has both peers write before they read at points of its
+// handshake (the version lines, the new keys), which deadlocks on a
+// transport without buffers such as net.Pipe; and x/crypto/ssh writes
+// each 32 KiB packet in two writes (through a 4 KiB buffer), which this
+// batches with the packets queued beside it. A full queue (maxQueued)
+// blocks writers, as a socket's full buffer would.
 type asyncWriter struct {
 	net.Conn
 
 	mu      sync.Mutex
 	cond    *sync.Cond
-	queue   [][]byte
-	queued  int
-	err     error // the first failed write's, or net.ErrClosed
+	pending []byte // queued, not yet taken by loop
+	spare   []byte // the buffer loop last wrote out, for reuse
+	writing int    // bytes loop is writing
+	err     error  // the first failed write's, or net.ErrClosed
 	flushed chan struct{}
 }
 
@@ -182,14 +184,13 @@ func newAsyncWriter(conn net.Conn) *asyncWriter {
 func (w *asyncWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for w.queued >= maxQueued && w.err == nil {
+	for len(w.pending)+w.writing >= maxQueued && w.err == nil {
 		w.cond.Wait()
 	}
 	if w.err != nil {
 		return 0, w.err
 	}
-	w.queue = append(w.queue, bytes.Clone(p))
-	w.queued += len(p)
+	w.pending = append(w.pending, p...)
 	w.cond.Broadcast()
 	return len(p), nil
 }
@@ -200,19 +201,20 @@ func (w *asyncWriter) loop() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for {
-		for len(w.queue) == 0 && w.err == nil {
+		for len(w.pending) == 0 && w.err == nil {
 			w.cond.Wait()
 		}
 		if w.err != nil {
 			return
 		}
-		b := w.queue[0]
-		w.queue[0] = nil
-		w.queue = w.queue[1:]
+		batch := w.pending
+		w.pending, w.spare = w.spare[:0], nil
+		w.writing = len(batch)
 		w.mu.Unlock()
-		_, err := w.Conn.Write(b)
+		_, err := w.Conn.Write(batch)
 		w.mu.Lock()
-		w.queued -= len(b)
+		w.writing = 0
+		w.spare = batch[:0]
 		if err != nil && w.err == nil {
 			w.err = err
 		}
@@ -227,10 +229,27 @@ func (w *asyncWriter) Close() error {
 	if w.err == nil {
 		w.err = net.ErrClosed
 	}
-	w.queue = nil
+	w.pending, w.spare = nil, nil
 	w.cond.Broadcast()
 	w.mu.Unlock()
 	err := w.Conn.Close()
 	<-w.flushed
 	return err
 }
+
+// readBuffered is a session's connection as SSH reads it: through a
+// transportReadBuffer buffer, so that a read takes many SSH packets at
+// once. x/crypto/ssh reads through 4 KiB, so each 32 KiB packet took
+// two or three reads of the stream.
+type readBuffered struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+const transportReadBuffer = 256 << 10
+
+func newReadBuffered(conn net.Conn) *readBuffered {
+	return &readBuffered{Conn: conn, r: bufio.NewReaderSize(conn, transportReadBuffer)}
+}
+
+func (c *readBuffered) Read(p []byte) (int, error) { return c.r.Read(p) }

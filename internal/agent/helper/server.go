@@ -286,12 +286,20 @@ func sameSpec(a, b vmspec.VMSpec) bool {
 	return errA == nil && errB == nil && bytes.Equal(ja, jb)
 }
 
+// proxyBufferSize is each way's copy buffer in proxy: a read takes all
+// that the socket holds, up to this, so that a fast stream crosses in few
+// large writes rather than 32 KiB ones (io.Copy's).
+const proxyBufferSize = 256 << 10
+
 // proxy copies bytes both ways until either side ends, then closes both:
 // a vsock stream has no half-close to pass on.
 func proxy(a, b net.Conn) {
 	done := make(chan struct{}, 2)
 	cp := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
+		buf := make([]byte, proxyBufferSize)
+		// Neither side's ReadFrom or WriteTo: a Unix socket's copies
+		// through 32 KiB.
+		_, _ = io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, buf)
 		done <- struct{}{}
 	}
 	go cp(a, b)

@@ -370,8 +370,8 @@ func (v *VM) recordDisk(st DiskState) {
 	}
 }
 
-// DialGuest implements driver.VM: it returns one end of a pipe whose other
-// end is handed to the driver's GuestHandler.
+// DialGuest implements driver.VM: it returns one end of a socket pair
+// whose other end is handed to the driver's GuestHandler.
 func (v *VM) DialGuest(ctx context.Context, port uint32) (net.Conn, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -386,7 +386,10 @@ func (v *VM) DialGuest(ctx context.Context, port uint32) (net.Conn, error) {
 	case v.d.opts.guest == nil:
 		return nil, fmt.Errorf("dialing guest port %d of %s: %w", port, v.spec.Name, ErrNoGuestHandler)
 	}
-	host, guest := net.Pipe()
+	host, guest, err := streamPair()
+	if err != nil {
+		return nil, fmt.Errorf("dialing guest port %d of %s: %w", port, v.spec.Name, err)
+	}
 	// Only the guest end is tracked: closing it at stop ends the host's reads too.
 	v.conns[guest] = struct{}{}
 	go v.serveGuest(v.guestCtx, port, guest)
