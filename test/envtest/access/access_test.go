@@ -124,9 +124,13 @@ var _ = Describe("Tenant access through kubectl", Ordered, func() {
 		defer shell.Close()
 		shell.Send("echo $((6 * 7))\n")
 		Eventually(shell.Output, 20*time.Second).Should(ContainSubstring("42"))
+		// The resize travels as kubectl's SIGWINCH, through the API server
+		// and the agent, beside the typing: ask again until it has landed.
 		shell.Resize(33, 101)
-		shell.Send("stty size\n")
-		Eventually(shell.Output, 20*time.Second).Should(ContainSubstring("33 101"))
+		Eventually(func() string {
+			shell.Send("stty size\n")
+			return shell.Output()
+		}, 30*time.Second, time.Second).Should(ContainSubstring("33 101"))
 		shell.Send("exit 5\n")
 		Eventually(shell.Exited, 20*time.Second).Should(BeTrue())
 		Expect(shell.Code()).To(Equal(5))
