@@ -179,7 +179,7 @@ func (n *network) dial(_ context.Context, port uint16) (net.Conn, error) {
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: int(port)},
 			Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
 	}
-	mine, theirs, err := socketPair()
+	mine, theirs, err := sim.StreamPair()
 	if err != nil {
 		return nil, err
 	}
@@ -217,42 +217,6 @@ func serveEcho(c net.Conn) {
 			_ = cw.CloseWrite()
 		}
 	}
-}
-
-// socketPair is a connected pair of Unix stream sockets: buffered both
-// ways, as TCP is, and each side can half-close (CloseWrite).
-func socketPair() (net.Conn, net.Conn, error) {
-	// Under ForkLock, so that no command the sim guest starts meanwhile
-	// inherits them before they are close-on-exec (darwin has no
-	// SOCK_CLOEXEC).
-	syscall.ForkLock.RLock()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
-	if err == nil {
-		unix.CloseOnExec(fds[0])
-		unix.CloseOnExec(fds[1])
-	}
-	syscall.ForkLock.RUnlock()
-	if err != nil {
-		return nil, nil, os.NewSyscallError("socketpair", err)
-	}
-	a, err := fileConn(fds[0])
-	if err != nil {
-		unix.Close(fds[1])
-		return nil, nil, err
-	}
-	b, err := fileConn(fds[1])
-	if err != nil {
-		a.Close()
-		return nil, nil, err
-	}
-	return a, b, nil
-}
-
-// fileConn makes fd a net.Conn, and closes fd: the conn has its own.
-func fileConn(fd int) (net.Conn, error) {
-	f := os.NewFile(uintptr(fd), "sim-guest-loopback")
-	defer f.Close()
-	return net.FileConn(f)
 }
 
 // sshConfig is the SSH server's configuration, made at the first login:

@@ -386,7 +386,7 @@ func (v *VM) DialGuest(ctx context.Context, port uint32) (net.Conn, error) {
 	case v.d.opts.guest == nil:
 		return nil, fmt.Errorf("dialing guest port %d of %s: %w", port, v.spec.Name, ErrNoGuestHandler)
 	}
-	host, guest, err := streamPair()
+	host, guest, err := StreamPair()
 	if err != nil {
 		return nil, fmt.Errorf("dialing guest port %d of %s: %w", port, v.spec.Name, err)
 	}

@@ -8,12 +8,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// streamPair is a connected pair of Unix stream sockets, the sim's vsock
+// StreamPair is a connected pair of Unix stream sockets, the sim's vsock
 // stream: buffered both ways, as a real vsock is, so that a write returns
 // once the kernel took the bytes instead of waiting for the reader, as a
 // net.Pipe's does (a goroutine handoff per write, and no buffering to
 // overlap the two ends' work).
-func streamPair() (net.Conn, net.Conn, error) {
+func StreamPair() (net.Conn, net.Conn, error) {
 	// Under ForkLock, so that no process started meanwhile inherits them
 	// before they are close-on-exec (darwin has no SOCK_CLOEXEC).
 	syscall.ForkLock.RLock()
