@@ -346,7 +346,7 @@ func TestForwardsLeakNoGoroutineAndNoFD(t *testing.T) {
 		}
 	}
 	run(6)
-	settle := func() (int, int) { return runtime.NumGoroutine(), openFDs(t) }
+	settle := func() (int, int) { return goroutinesAndFDs(t) }
 	var baseG, baseFD int
 	eventually(t, "the warm-up to settle", func() bool {
 		g, fd := settle()
