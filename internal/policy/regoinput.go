@@ -27,32 +27,60 @@ type regoInput struct {
 const cacheSize = 256
 
 // boundedCache holds values built once per key, up to cacheSize keys. It is
-// safe for concurrent use; the values must be immutable.
+// safe for concurrent use; the values must be immutable. Concurrent misses
+// on one key wait for one build: fifty admissions of a new shape at once
+// compile it once, not fifty times.
 type boundedCache[K comparable, V any] struct {
-	mu     sync.RWMutex
-	values map[K]V
+	mu       sync.RWMutex
+	values   map[K]V
+	building map[K]*build[V]
 }
 
-func (c *boundedCache[K, V]) get(k K, build func() (V, error)) (V, error) {
+// build is one key's value being built; done closes when v and err are set.
+type build[V any] struct {
+	done chan struct{}
+	v    V
+	err  error
+}
+
+func (c *boundedCache[K, V]) get(k K, newValue func() (V, error)) (V, error) {
 	c.mu.RLock()
 	v, ok := c.values[k]
 	c.mu.RUnlock()
 	if ok {
 		return v, nil
 	}
-	v, err := build()
-	if err != nil {
-		return v, err
-	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.values == nil {
-		c.values = map[K]V{}
+	if v, ok := c.values[k]; ok {
+		c.mu.Unlock()
+		return v, nil
 	}
-	if len(c.values) < cacheSize {
-		c.values[k] = v
+	if b, ok := c.building[k]; ok {
+		c.mu.Unlock()
+		<-b.done
+		return b.v, b.err
 	}
-	return v, nil
+	if c.building == nil {
+		c.building = map[K]*build[V]{}
+	}
+	b := &build[V]{done: make(chan struct{})}
+	c.building[k] = b
+	c.mu.Unlock()
+
+	b.v, b.err = newValue()
+	c.mu.Lock()
+	delete(c.building, k)
+	if b.err == nil {
+		if c.values == nil {
+			c.values = map[K]V{}
+		}
+		if len(c.values) < cacheSize {
+			c.values[k] = b.v
+		}
+	}
+	c.mu.Unlock()
+	close(b.done)
+	return b.v, b.err
 }
 
 var (

@@ -1,6 +1,10 @@
 package policy
 
 import (
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -129,5 +133,49 @@ func TestConvertLikeEqualsAFreshConversion(t *testing.T) {
 		if same != (name == "unchanged") {
 			t.Errorf("%s: same = %v", name, same)
 		}
+	}
+}
+
+// Concurrent misses on one key build it once, and all get its value.
+func TestBoundedCacheBuildsOnceForConcurrentMisses(t *testing.T) {
+	var c boundedCache[string, int]
+	var builds, entered atomic.Int32
+	var wg sync.WaitGroup
+	got := make([]int, 20)
+	for i := range got {
+		wg.Go(func() {
+			entered.Add(1)
+			v, err := c.get("k", func() (int, error) {
+				builds.Add(1)
+				// Hold the build until every caller is on its way in.
+				for entered.Load() < int32(len(got)) {
+					runtime.Gosched()
+				}
+				for range 100 {
+					runtime.Gosched()
+				}
+				return 7, nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+			got[i] = v
+		})
+	}
+	wg.Wait()
+	if n := builds.Load(); n != 1 {
+		t.Errorf("built %d times, want 1", n)
+	}
+	for i, v := range got {
+		if v != 7 {
+			t.Errorf("caller %d got %d, want 7", i, v)
+		}
+	}
+	// A failed build is not kept: the next call builds again.
+	if _, err := c.get("bad", func() (int, error) { return 0, errors.New("no") }); err == nil {
+		t.Fatal("want the build's error")
+	}
+	if v, err := c.get("bad", func() (int, error) { return 3, nil }); err != nil || v != 3 {
+		t.Errorf("after a failed build: %d, %v; want 3", v, err)
 	}
 }
