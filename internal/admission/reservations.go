@@ -43,6 +43,8 @@ type Reservations struct {
 	// Attempts bounds the writes tried for one admission; each conflict
 	// means another admission or a status write went first.
 	Attempts int
+
+	turns turns
 }
 
 // NewReservations returns the ledger of the operator's webhook.
@@ -75,6 +77,11 @@ func (v *PolicyValidator) admitInstance(ctx context.Context, req admission.Reque
 		// refuses, and there is no lease to count on.
 		return v.decideOn(ctx, kind, in, nil, nil, nil, r.Live)
 	}
+	release, err := r.turns.take(ctx, key)
+	if err != nil {
+		return failed(fmt.Errorf("waiting for the other admissions on lease %s: %w", key, err))
+	}
+	defer release()
 	for attempt := 1; ; attempt++ {
 		lease := &leasingv1alpha1.MacNodeLease{}
 		if err := r.Live.Get(ctx, key, lease); err != nil {
