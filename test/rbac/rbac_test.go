@@ -294,3 +294,32 @@ func grants(role rbacv1.ClusterRole, group, resource, verb string) bool {
 	}
 	return false
 }
+
+// TestAnAgentRequestsCertificatesButDecidesNone: an agent creates and
+// watches its serving certificate requests, and may neither change a
+// request, approve, deny or sign one, nor act as any signer.
+func TestAnAgentRequestsCertificatesButDecidesNone(t *testing.T) {
+	agent, ok := roles(t)["macrack-agent"]
+	if !ok {
+		t.Fatal("no macrack-agent ClusterRole")
+	}
+	var creates bool
+	for _, rule := range agent.Rules {
+		if !contains(rule.APIGroups, "certificates.k8s.io") {
+			continue
+		}
+		for _, res := range rule.Resources {
+			if res != "certificatesigningrequests" {
+				t.Errorf("an agent may %v certificates.k8s.io/%s", rule.Verbs, res)
+				continue
+			}
+			if !slices.Equal(rule.Verbs, []string{"create", "get", "list", "watch"}) {
+				t.Errorf("an agent may %v certificatesigningrequests; only create and read them", rule.Verbs)
+			}
+			creates = contains(rule.Verbs, "create")
+		}
+	}
+	if !creates {
+		t.Error("an agent may not request its kubelet serving certificate")
+	}
+}
