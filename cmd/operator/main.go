@@ -98,7 +98,7 @@ func main() {
 	fs.StringVar(&opts.gitlabAllowedHosts, "gitlab-allowed-hosts", "",
 		"Comma-separated GitLab hosts GitLabRunners may name (exact, or *.example.com): the operator calls them to verify and unregister runners. Empty: any.")
 	fs.StringVar(&opts.kubeletServingCACert, "kubelet-serving-ca-cert-file", "",
-		"The CA (PEM) that signs the host agents' kubelet serving certificates, CertificateSigningRequests of macrack.io/kubelet-serving: the operator approves an agent's request only for its own Node and enrolled address, and denies the rest. Give kube-apiserver the same file as --kubelet-certificate-authority. With --kubelet-serving-ca-key-file; empty: none is approved or signed, and the agents serve self-signed certificates.")
+		"The CA (PEM) that signs the host agents' kubelet serving certificates, CertificateSigningRequests of macrack.io/kubelet-serving: the operator approves an agent's request only for its own Node and enrolled address, and denies the rest. Give kube-apiserver the same file as --kubelet-certificate-authority. Read at start-up. With --kubelet-serving-ca-key-file; empty: none is approved or signed, and the agents serve self-signed certificates.")
 	fs.StringVar(&opts.kubeletServingCAKey, "kubelet-serving-ca-key-file", "", "The private key (PEM) of --kubelet-serving-ca-cert-file.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(fs)

@@ -125,6 +125,9 @@ func (ca *CA) Sign(csr *certificatesv1.CertificateSigningRequest, req *x509.Cert
 	if notAfter.After(ca.Cert.NotAfter) {
 		notAfter = ca.Cert.NotAfter
 	}
+	if !notAfter.After(now) {
+		return nil, fmt.Errorf("the kubelet serving CA %q expired at %s", ca.Cert.Subject, ca.Cert.NotAfter)
+	}
 	usage := x509.KeyUsageDigitalSignature
 	for _, u := range csr.Spec.Usages {
 		if u == certificatesv1.UsageKeyEncipherment {

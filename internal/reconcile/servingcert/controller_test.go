@@ -160,6 +160,15 @@ func TestValidityIsAtMostThirtyDays(t *testing.T) {
 	}
 }
 
+func TestAnExpiredCASignsNothing(t *testing.T) {
+	ca, _, _ := newCA(t, time.Now().Add(-time.Minute))
+	csr := good().csr(t)
+	rv, _ := Check(csr, agentsNS, fleetOf(chassis(nodeA, addrA)))
+	if _, err := ca.Sign(csr, rv.Request, time.Now()); err == nil || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("want an expired CA to refuse, got %v", err)
+	}
+}
+
 func TestAnotherAgentsAddressIsDeniedNamingTheRule(t *testing.T) {
 	r := good()
 	r.username = "system:serviceaccount:" + agentsNS + ":agent-" + nodeB
