@@ -53,7 +53,7 @@ func main() {
 	fs.StringVar(&guestKeyFile, "guest-key-file", "", "Where the agent keeps the chassis' guest key, which opens its instances' sealed guest configs; defaults to <state-dir>/guest-key.")
 	fs.StringVar(&kubeletAddress, "kubelet-address", "", "Serve the kubelet API of this chassis' instances (kubectl exec, logs and port-forward) on IP:port; the IP is the one enrolled with --address. Empty serves none.")
 	fs.StringVar(&kubeletClientCA, "kubelet-client-ca-file", "", "The CA of the client certificates the kubelet API accepts: the cluster's, which signs the API server's --kubelet-client-certificate.")
-	fs.StringVar(&kubeletCert, "kubelet-tls-cert-file", "", "The kubelet API's serving certificate; with --kubelet-tls-key-file. Empty: a self-signed one.")
+	fs.StringVar(&kubeletCert, "kubelet-tls-cert-file", "", "The kubelet API's serving certificate; with --kubelet-tls-key-file. Empty: one the cluster signs (a CertificateSigningRequest of macrack.io/kubelet-serving for this Node and the --kubelet-address IP, its key in --state-dir), self-signed until it is issued.")
 	fs.StringVar(&kubeletKey, "kubelet-tls-key-file", "", "The kubelet API's serving key.")
 	fs.DurationVar(&heartbeat, "heartbeat-interval", 10*time.Second, "How often the heartbeat Lease is renewed.")
 	fs.DurationVar(&facts, "facts-interval", 5*time.Minute, "How often the hardware facts are reported again.")

@@ -17,9 +17,11 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/audit"
 	"github.com/boualleiguie/macrack-operator/internal/operator"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
+	"github.com/boualleiguie/macrack-operator/internal/reconcile/servingcert"
 	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
 	"github.com/boualleiguie/macrack-operator/policies"
 )
@@ -54,6 +56,8 @@ type options struct {
 	auditSink               string
 	clusterName             string
 	gitlabAllowedHosts      string
+	kubeletServingCACert    string
+	kubeletServingCAKey     string
 }
 
 func main() {
@@ -93,6 +97,9 @@ func main() {
 	fs.StringVar(&opts.clusterName, "cluster-name", "default", "This cluster's name in the audit records' source, macrack://<cluster>/<controller>.")
 	fs.StringVar(&opts.gitlabAllowedHosts, "gitlab-allowed-hosts", "",
 		"Comma-separated GitLab hosts GitLabRunners may name (exact, or *.example.com): the operator calls them to verify and unregister runners. Empty: any.")
+	fs.StringVar(&opts.kubeletServingCACert, "kubelet-serving-ca-cert-file", "",
+		"The CA (PEM) that signs the host agents' kubelet serving certificates, CertificateSigningRequests of macrack.io/kubelet-serving: the operator approves an agent's request only for its own Node and enrolled address, and denies the rest. Give kube-apiserver the same file as --kubelet-certificate-authority. Read at start-up. With --kubelet-serving-ca-key-file; empty: none is approved or signed, and the agents serve self-signed certificates.")
+	fs.StringVar(&opts.kubeletServingCAKey, "kubelet-serving-ca-key-file", "", "The private key (PEM) of --kubelet-serving-ca-cert-file.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(fs)
 	flag.Parse()
@@ -115,6 +122,17 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// loadServingCA is the kubelet serving CA of the flags; nil without them.
+func loadServingCA(opts options) (*servingcert.CA, error) {
+	switch {
+	case opts.kubeletServingCACert == "" && opts.kubeletServingCAKey == "":
+		return nil, nil
+	case opts.kubeletServingCACert == "" || opts.kubeletServingCAKey == "":
+		return nil, fmt.Errorf("--kubelet-serving-ca-cert-file and --kubelet-serving-ca-key-file go together")
+	}
+	return servingcert.LoadCA(opts.kubeletServingCACert, opts.kubeletServingCAKey)
 }
 
 func envOr(key, fallback string) string {
@@ -176,6 +194,15 @@ func run(log logr.Logger, opts options) error {
 		opts.agentTokenAudiences = strings.Join(auds, ",")
 		log.Info("Agent token audiences read from the operator's own token", "audiences", auds)
 	}
+	servingCA, err := loadServingCA(opts)
+	if err != nil {
+		return err
+	}
+	if servingCA != nil {
+		log.Info("Approving and signing the agents' kubelet serving certificates", "signer", fleetv1alpha1.KubeletServingSigner, "ca", servingCA.Cert.Subject.String(), "notAfter", servingCA.Cert.NotAfter)
+	} else {
+		log.Info("No --kubelet-serving-ca-cert-file: the agents' kubelet serving certificate requests are neither approved nor signed")
+	}
 	sink, err := audit.Open(ctrl.LoggerInto(ctx, log.WithName("audit")), opts.auditSink, os.Stdout)
 	if err != nil {
 		return err
@@ -197,6 +224,7 @@ func run(log logr.Logger, opts options) error {
 		AuditSink:               sink,
 		AuditOrigin:             audit.Origin{Cluster: opts.clusterName},
 		GitLabAllowedHosts:      splitList(opts.gitlabAllowedHosts),
+		KubeletServingCA:        servingCA,
 	}); err != nil {
 		return err
 	}

@@ -472,6 +472,10 @@ var nativeKinds = map[string]metav1.GroupVersionKind{
 	"admissionregistration.k8s.io/validatingadmissionpolicies":       {Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingAdmissionPolicy"},
 	"admissionregistration.k8s.io/validatingadmissionpolicybindings": {Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingAdmissionPolicyBinding"},
 	"flowcontrol.apiserver.k8s.io/flowschemas":                       {Group: "flowcontrol.apiserver.k8s.io", Version: "v1", Kind: "FlowSchema"},
+	"certificates.k8s.io/certificatesigningrequests":                 {Group: "certificates.k8s.io", Version: "v1", Kind: "CertificateSigningRequest"},
+	// signers is no served resource, only what approve and sign are
+	// authorized on: it needs the CertificateSigningRequest API.
+	"certificates.k8s.io/signers": {Group: "certificates.k8s.io", Version: "v1", Kind: "CertificateSigningRequest"},
 }
 
 func nativeAPIs(rules []rbacv1.PolicyRule, own map[string]bool) ([]metav1.GroupVersionKind, error) {

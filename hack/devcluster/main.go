@@ -70,7 +70,9 @@ func run(root, extraArgs string, fleetSize, jetStreamServers int) error {
 		WebhookInstallOptions: envtest.WebhookInstallOptions{Paths: []string{filepath.Join(root, "config", "webhook")}},
 	}
 	// The API server's kubelet client, which the agents' kubelet API
-	// trusts: kubectl exec and logs reach the sim VMs through it.
+	// trusts: kubectl exec and logs reach the sim VMs through it. The API
+	// server verifies the agents' serving certificates against the
+	// kubelet serving CA, with which the operator signs them.
 	caDir, err := os.MkdirTemp("", "macrack-kubelet-ca-")
 	if err != nil {
 		return err
@@ -138,6 +140,8 @@ func run(root, extraArgs string, fleetSize, jetStreamServers int) error {
 		"--webhook-cert-dir="+w.LocalServingCertDir,
 		"--audit-sink="+nats.sink,
 		"--cluster-name=devcluster",
+		"--kubelet-serving-ca-cert-file="+kubeletCA.ServingCAFile,
+		"--kubelet-serving-ca-key-file="+kubeletCA.ServingCAKeyFile,
 	))
 	if err != nil {
 		return err

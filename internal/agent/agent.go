@@ -41,6 +41,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/agent/host"
 	"github.com/boualleiguie/macrack-operator/internal/agent/instances"
 	"github.com/boualleiguie/macrack-operator/internal/agent/kubelet"
+	"github.com/boualleiguie/macrack-operator/internal/agent/servingcert"
 	"github.com/boualleiguie/macrack-operator/internal/agent/sessions"
 	"github.com/boualleiguie/macrack-operator/internal/guest"
 	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
@@ -123,7 +124,10 @@ type Config struct {
 	// server's kubelet client. Bearer tokens are checked by TokenReview.
 	KubeletClientCAFile string
 	// KubeletCertFile and KubeletKeyFile are the kubelet API's serving
-	// certificate; empty, the agent makes a self-signed one.
+	// certificate. Empty, the agent asks the cluster for one (a
+	// CertificateSigningRequest of macrack.io/kubelet-serving for its
+	// Node and the kubelet address, package servingcert), keeps its key
+	// in StateDir, and serves a self-signed one until it is issued.
 	KubeletCertFile, KubeletKeyFile string
 }
 
@@ -277,6 +281,8 @@ func run(ctx context.Context, cfg *rest.Config, c Config, wg *sync.WaitGroup, re
 // addKubelet serves the kubelet API of the chassis' instances once the
 // cache has synced: exec, logs and port-forward, resolved from the cache,
 // checked with TokenReviews and SubjectAccessReviews as the agent itself.
+// Without certificate files, it serves the certificate the cluster signs
+// for the kubelet address (servingcert), self-signed until then.
 func (c Config) addKubelet(mgr manager.Manager, cfg *rest.Config) error {
 	reviews, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -288,6 +294,20 @@ func (c Config) addKubelet(mgr manager.Manager, cfg *rest.Config) error {
 		Resolver: kubelet.CacheResolver{Reader: mgr.GetClient(), NodeName: c.NodeName},
 		Guests:   &sessions.Guests{Launcher: c.Launcher, GuestPort: guest.DefaultPort, Reader: mgr.GetClient()},
 		Log:      c.Log.WithName("kubelet"),
+	}
+	if c.KubeletCertFile == "" && c.KubeletKeyFile == "" {
+		// kubeletPort checked the address.
+		addr := netip.MustParseAddrPort(c.KubeletAddress).Addr().Unmap()
+		if addr.IsUnspecified() {
+			c.Log.Info("The kubelet API listens on no one address: no serving certificate is asked of the cluster, and the self-signed one serves", "address", c.KubeletAddress)
+		} else {
+			certs := &servingcert.Requester{Client: reviews, NodeName: c.NodeName, Address: addr, Dir: c.StateDir,
+				Clock: c.Clock, Log: c.Log.WithName("serving-certificate")}
+			srv.Certificates = certs.GetCertificate
+			if err := mgr.Add(manager.RunnableFunc(certs.Run)); err != nil {
+				return err
+			}
+		}
 	}
 	return mgr.Add(manager.RunnableFunc(srv.Run))
 }

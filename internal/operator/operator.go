@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -37,6 +39,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/node"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/placement"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/pod"
+	"github.com/boualleiguie/macrack-operator/internal/reconcile/servingcert"
 )
 
 // Options configure the operator.
@@ -81,6 +84,10 @@ type Options struct {
 	// RunnerTicks, if set, enqueues GitLabRunners on demand (tests' fake
 	// clock).
 	RunnerTicks <-chan event.GenericEvent
+	// KubeletServingCA, if set, approves and signs the host agents'
+	// kubelet serving certificates (macrack.io/kubelet-serving); nil runs
+	// no such controller, and the agents serve self-signed certificates.
+	KubeletServingCA *servingcert.CA
 }
 
 // CacheOptions are the manager's cache options, for cmd/operator and the
@@ -88,12 +95,17 @@ type Options struct {
 // controller reads them, an update that omits them keeps the stored ones,
 // and they are a large share of each cached chassis, lease and instance.
 // Of Pods it holds only instances' (their label selects them on the API
-// server), so that a large cluster's Pods cost the operator nothing.
+// server), so that a large cluster's Pods cost the operator nothing; of
+// CertificateSigningRequests, only those of macrack.io/kubelet-serving.
 func CacheOptions() cache.Options {
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{fleetv1alpha1.InstancePodLabel: "true"})},
+			// Only the requests of MacRack's signer, when the kubelet
+			// serving certificate controller runs.
+			&certificatesv1.CertificateSigningRequest{}: {
+				Field: fields.OneTermEqualSelector("spec.signerName", fleetv1alpha1.KubeletServingSigner)},
 		},
 	}
 }
@@ -180,6 +192,18 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		Recorder: mgr.GetEventRecorder("macrack-image"), Namespace: o.PolicyNamespace,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the image controller: %w", err)
+	}
+	if o.KubeletServingCA != nil {
+		csrs, err := cachewait.New(mgr.GetClient(), mgr.GetCache(), cachewait.DefaultTimeout, &certificatesv1.CertificateSigningRequest{})
+		if err != nil {
+			return err
+		}
+		if err := (&servingcert.Reconciler{
+			Client: csrs, CA: o.KubeletServingCA, AgentsNamespace: o.Params.AgentsNamespace, Clock: o.Clock,
+			Recorder: mgr.GetEventRecorder("macrack-kubelet-serving"),
+		}).SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up the kubelet serving certificate controller: %w", err)
+		}
 	}
 	if o.AuditSink != nil {
 		if err := (&auditexport.Exporter{

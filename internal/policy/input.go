@@ -197,6 +197,8 @@ func resourceFor(gk schema.GroupKind) (schema.GroupResource, string, bool) {
 		return schema.GroupResource{Group: gk.Group, Resource: "events"}, "", true
 	case "authentication.k8s.io/TokenRequest":
 		return schema.GroupResource{Resource: "serviceaccounts"}, "token", true
+	case "certificates.k8s.io/CertificateSigningRequest":
+		return schema.GroupResource{Group: gk.Group, Resource: "certificatesigningrequests"}, "", true
 	}
 	return schema.GroupResource{}, "", false
 }

@@ -12,7 +12,10 @@
 #   on its node: only status.runtime and the macrack.io/disk-wipe finalizer
 #   change. Leases: only its own node Lease in kube-node-lease. Tokens: only
 #   for itself, for the API server's audiences, for at most 24 hours. Events:
-#   only about its own Node and MacNode.
+#   only about its own Node and MacNode. CertificateSigningRequests: only
+#   created, only of the signer macrack.io/kubelet-serving, and named
+#   kubelet-serving-<node>-<hash>: the operator approves one only for the
+#   agent's own Node and enrolled address.
 #   Requests from outside the agents' namespace are not concerned.
 # custom:
 #   id: agent.scope
@@ -24,6 +27,7 @@
 #   - authentication.k8s.io/TokenRequest
 #   - /Event
 #   - events.k8s.io/Event
+#   - certificates.k8s.io/CertificateSigningRequest
 #   engines: [rego, cel]
 #   params:
 #   - agentsNamespace: the namespace of the agents' ServiceAccounts
@@ -232,4 +236,26 @@ own_chassis(subject) if {
 	object.get(subject, "kind", "") in {"Node", "MacNode"}
 	object.get(subject, "name", "") == node
 	object.get(subject, "namespace", "") == ""
+}
+
+# CertificateSigningRequests: its kubelet API's serving certificate only, of
+# MacRack's signer, named after its node. The operator approves one only
+# for the agent's own Node and enrolled address; an agent approves, denies,
+# signs and changes none (RBAC grants it no update either).
+
+serving_signer := "macrack.io/kubelet-serving"
+
+problems.CertificateSigningRequest contains sprintf("may not %s a CertificateSigningRequest", [lower(lib.operation)]) if {
+	lib.operation != "CREATE"
+}
+
+problems.CertificateSigningRequest contains sprintf("may create only CertificateSigningRequests of the signer %s, not %s", [serving_signer, lib.show(signer)]) if {
+	lib.operation == "CREATE"
+	signer := object.get(lib.new, ["spec", "signerName"], "")
+	signer != serving_signer
+}
+
+problems.CertificateSigningRequest contains sprintf("may create only CertificateSigningRequests named kubelet-serving-%s-<hash>, not %s", [node, name]) if {
+	lib.operation == "CREATE"
+	not startswith(name, concat("", ["kubelet-serving-", node, "-"]))
 }

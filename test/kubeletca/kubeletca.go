@@ -5,6 +5,11 @@
 // A kubeadm cluster signs that certificate with its cluster CA; here the CA
 // is the API server's kubelet client's alone, so that no envtest user's
 // certificate passes an agent's authentication.
+//
+// It makes the kubelet serving CA too, a second CA: the operator signs the
+// agents' serving certificates with it (--kubelet-serving-ca-cert-file and
+// --kubelet-serving-ca-key-file), and the API server verifies the agents
+// against it (--kubelet-certificate-authority).
 package kubeletca
 
 import (
@@ -36,26 +41,19 @@ type CA struct {
 	CAFile string
 	// CertFile and KeyFile are the API server's kubelet client.
 	CertFile, KeyFile string
+	// ServingCAFile and ServingCAKeyFile are the kubelet serving CA and
+	// its key (PKCS #8): the operator's, and the API server's
+	// --kubelet-certificate-authority.
+	ServingCAFile, ServingCAKeyFile string
 
 	cert *x509.Certificate
 	key  *ecdsa.PrivateKey
 }
 
-// New makes a CA and the API server's kubelet client certificate in dir.
+// New makes the client CA, the API server's kubelet client certificate
+// and the kubelet serving CA in dir.
 func New(dir string) (*CA, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "macrack-kubelet-client-ca"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(7 * 24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, err
-	}
-	cert, err := x509.ParseCertificate(der)
+	cert, key, der, err := newCA("macrack-kubelet-client-ca")
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +65,57 @@ func New(dir string) (*CA, error) {
 	if err := ca.WriteClient(APIServerUser, nil, ca.CertFile, ca.KeyFile); err != nil {
 		return nil, err
 	}
+	_, servingKey, servingDER, err := newCA("macrack-kubelet-serving-ca")
+	if err != nil {
+		return nil, err
+	}
+	servingKeyDER, err := x509.MarshalPKCS8PrivateKey(servingKey)
+	if err != nil {
+		return nil, err
+	}
+	ca.ServingCAFile, ca.ServingCAKeyFile = filepath.Join(dir, "kubelet-serving-ca.crt"), filepath.Join(dir, "kubelet-serving-ca.key")
+	if err := writePEM(ca.ServingCAFile, "CERTIFICATE", servingDER); err != nil {
+		return nil, err
+	}
+	if err := writePEM(ca.ServingCAKeyFile, "PRIVATE KEY", servingKeyDER); err != nil {
+		return nil, err
+	}
 	return ca, nil
+}
+
+// newCA makes a self-signed CA valid for a week.
+func newCA(name string) (*x509.Certificate, *ecdsa.PrivateKey, []byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(7 * 24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return cert, key, der, nil
+}
+
+// ServingRoots is a pool of the kubelet serving CA, to verify an agent's
+// kubelet API as the API server does.
+func (ca *CA) ServingRoots() (*x509.CertPool, error) {
+	data, err := os.ReadFile(ca.ServingCAFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("%s holds no certificate", ca.ServingCAFile)
+	}
+	return pool, nil
 }
 
 // WriteClient signs a client certificate for user in groups, and writes it
@@ -95,14 +143,17 @@ func (ca *CA) WriteClient(user string, groups []string, certFile, keyFile string
 	return writePEM(keyFile, "EC PRIVATE KEY", keyDER)
 }
 
-// Configure gives env's API server the kubelet client certificate, and
-// has it reach Nodes at their InternalIP, the only address MacRack
-// publishes.
+// Configure gives env's API server the kubelet client certificate, has
+// it reach Nodes at their InternalIP, the only address MacRack publishes,
+// and verify their serving certificates against the kubelet serving CA:
+// the operator must run with it (ServingCAFile, ServingCAKeyFile) for
+// exec and logs to reach an agent.
 func (ca *CA) Configure(env *envtest.Environment) {
 	args := env.ControlPlane.GetAPIServer().Configure()
 	args.Set("kubelet-client-certificate", ca.CertFile)
 	args.Set("kubelet-client-key", ca.KeyFile)
 	args.Set("kubelet-preferred-address-types", "InternalIP")
+	args.Set("kubelet-certificate-authority", ca.ServingCAFile)
 }
 
 // KubeletAPIAdminBinding grants the API server's kubelet client the

@@ -27,6 +27,10 @@ var allowed = map[string][]string{
 	"admissionregistration.k8s.io": {"validatingadmissionpolicies", "validatingadmissionpolicybindings"},
 	// The agents' heartbeat FlowSchema, which an OLM bundle cannot carry.
 	"flowcontrol.apiserver.k8s.io": {"flowschemas"},
+	// The agents' kubelet serving certificates: read the requests, approve
+	// or deny them, sign them; for MacRack's signer only
+	// (TestTheOperatorApprovesAndSignsOnlyItsOwnSigner).
+	"certificates.k8s.io": {"certificatesigningrequests", "signers"},
 }
 
 func roles(t *testing.T) map[string]rbacv1.ClusterRole {
@@ -204,6 +208,43 @@ func TestTheOperatorReadsSecretsOnlyInItsNamespace(t *testing.T) {
 	}
 }
 
+// TestTheOperatorApprovesAndSignsOnlyItsOwnSigner: the operator may
+// approve and sign for macrack.io/kubelet-serving and no other signer (a
+// kubernetes.io/kube-apiserver-client certificate would be a cluster
+// credential), and may not create, patch or delete requests.
+func TestTheOperatorApprovesAndSignsOnlyItsOwnSigner(t *testing.T) {
+	op := roles(t)["macrack-operator"]
+	var approves, signs bool
+	for _, rule := range op.Rules {
+		if !contains(rule.APIGroups, "certificates.k8s.io") {
+			continue
+		}
+		for _, res := range rule.Resources {
+			switch res {
+			case "signers":
+				if len(rule.ResourceNames) != 1 || rule.ResourceNames[0] != "macrack.io/kubelet-serving" {
+					t.Errorf("the operator may %v signers %v; only macrack.io/kubelet-serving", rule.Verbs, rule.ResourceNames)
+				}
+				approves = approves || contains(rule.Verbs, "approve")
+				signs = signs || contains(rule.Verbs, "sign")
+			case "certificatesigningrequests":
+				if !slices.Equal(rule.Verbs, []string{"get", "list", "watch"}) {
+					t.Errorf("the operator may %v certificatesigningrequests; only read them", rule.Verbs)
+				}
+			case "certificatesigningrequests/approval", "certificatesigningrequests/status":
+				if !slices.Equal(rule.Verbs, []string{"update"}) {
+					t.Errorf("the operator may %v %s; only update", rule.Verbs, res)
+				}
+			default:
+				t.Errorf("the operator reaches certificates.k8s.io/%s", res)
+			}
+		}
+	}
+	if !approves || !signs {
+		t.Errorf("the operator may not approve (%v) or sign (%v) for macrack.io/kubelet-serving", approves, signs)
+	}
+}
+
 // TestTheOperatorImpersonatesOnlyTheRunnerIdentity: the GitLabRunner
 // controller acts as each namespace's macrack-gitlab-runner ServiceAccount,
 // so the operator may impersonate that one name, and no user, group or other
@@ -257,4 +298,33 @@ func grants(role rbacv1.ClusterRole, group, resource, verb string) bool {
 		}
 	}
 	return false
+}
+
+// TestAnAgentRequestsCertificatesButDecidesNone: an agent creates and
+// watches its serving certificate requests, and may neither change a
+// request, approve, deny or sign one, nor act as any signer.
+func TestAnAgentRequestsCertificatesButDecidesNone(t *testing.T) {
+	agent, ok := roles(t)["macrack-agent"]
+	if !ok {
+		t.Fatal("no macrack-agent ClusterRole")
+	}
+	var creates bool
+	for _, rule := range agent.Rules {
+		if !contains(rule.APIGroups, "certificates.k8s.io") {
+			continue
+		}
+		for _, res := range rule.Resources {
+			if res != "certificatesigningrequests" {
+				t.Errorf("an agent may %v certificates.k8s.io/%s", rule.Verbs, res)
+				continue
+			}
+			if !slices.Equal(rule.Verbs, []string{"create", "get", "list", "watch"}) {
+				t.Errorf("an agent may %v certificatesigningrequests; only create and read them", rule.Verbs)
+			}
+			creates = contains(rule.Verbs, "create")
+		}
+	}
+	if !creates {
+		t.Error("an agent may not request its kubelet serving certificate")
+	}
 }

@@ -57,6 +57,13 @@ const (
 	// No kubelet runs it: the container is the VM.
 	InstancePodImage = "registry.k8s.io/pause:3.10"
 
+	// KubeletServingSigner is the signerName of the host agents'
+	// CertificateSigningRequests for their kubelet API's serving
+	// certificate. The operator approves and signs only a request of an
+	// agent for its own Node and its enrolled address, with the CA the API
+	// server verifies kubelets with (--kubelet-certificate-authority).
+	KubeletServingSigner = "macrack.io/kubelet-serving"
+
 	// DiskWipeFinalizer is the host agent's finalizer on an instance: it
 	// comes off only after the instance disk is wiped (instance.wipe).
 	DiskWipeFinalizer = "macrack.io/disk-wipe"

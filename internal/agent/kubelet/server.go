@@ -66,6 +66,10 @@ type Server struct {
 	// Empty: a self-signed certificate for Addr's host (NodeName when Addr
 	// has none) is generated in memory when Run starts.
 	TLSCertFile, TLSKeyFile string
+	// Certificates, if set, gives each handshake its serving certificate
+	// (the one the cluster signed, servingcert.Requester); when it gives
+	// none, TLSCertFile's or the self-signed one serves.
+	Certificates func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	// Reviews creates the TokenReviews and SubjectAccessReviews.
 	Reviews kubernetes.Interface
 	// Authenticator and Authorizer, when set, replace the delegating ones
@@ -138,6 +142,18 @@ func (s *Server) serve(ctx context.Context, ln net.Listener) error {
 		ClientAuth: tls.RequestClientCert,
 		// SPDY and WebSocket upgrades are HTTP/1.1's.
 		NextProtos: []string{"http/1.1"},
+	}
+	if hook := s.Certificates; hook != nil {
+		// tls consults GetCertificate beside Certificates only for a
+		// client that sends SNI, and none does for an IP: the hook
+		// takes the fallback over.
+		base.Certificates = nil
+		base.GetCertificate = func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if c, err := hook(hello); c != nil || err != nil {
+				return c, err
+			}
+			return &cert, nil
+		}
 	}
 	cfg := base
 	if ca != nil {

@@ -1,7 +1,9 @@
 // Package access drives tenant access to the VMs through the real kubectl
 // binary: exec and logs go from kubectl to a real kube-apiserver, which
 // presents its kubelet client certificate (test/kubeletca) to the host
-// agent's kubelet API on the chassis' enrolled address; the agent checks
+// agent's kubelet API on the chassis' enrolled address, and verifies the
+// agent's serving certificate, which the operator signed, against the
+// kubelet serving CA; the agent checks
 // the caller with a TokenReview or the client CA and a
 // SubjectAccessReview, resolves the Pod to an instance on its own slots,
 // and reaches the sim guest over the vm-helper's vsock proxy. Two agents
@@ -11,10 +13,12 @@ package access
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -109,6 +113,8 @@ func setUp() {
 	op, err = env.StartOperator(harness.OperatorOptions{
 		Start: time.Now(), Webhooks: true, MaxConcurrentReconciles: 4, HeartbeatGrace: 20 * time.Second,
 		Log: zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)),
+		// The API server verifies the agents against this CA.
+		KubeletServingCACertFile: ca.ServingCAFile, KubeletServingCAKeyFile: ca.ServingCAKeyFile,
 	})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(harness.InstallAdmissionPolicies(ctx, admin, op.Engine, harness.OperatorNamespace, op.Params)).To(Succeed())
@@ -158,6 +164,17 @@ func startAgent(address string) *harness.Agent {
 		Log: zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)).WithName(address)})
 	Expect(err).NotTo(HaveOccurred())
 	agents[a.Node] = a
+	// The API server reaches the agent once it serves the certificate
+	// the operator signs (test/envtest/servingcert).
+	roots, err := ca.ServingRoots()
+	Expect(err).NotTo(HaveOccurred())
+	Eventually(func() error {
+		conn, err := tls.Dial("tcp", net.JoinHostPort(address, strconv.Itoa(port)), &tls.Config{RootCAs: roots, ServerName: address})
+		if err == nil {
+			_ = conn.Close()
+		}
+		return err
+	}).Should(Succeed(), "agent %s serves a certificate of the kubelet serving CA", a.Node)
 	return a
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/enroll"
 	"github.com/boualleiguie/macrack-operator/internal/operator"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
+	"github.com/boualleiguie/macrack-operator/internal/reconcile/servingcert"
 	"github.com/boualleiguie/macrack-operator/policies"
 )
 
@@ -86,6 +87,11 @@ type OperatorOptions struct {
 	// Clock, if set, is the operator's clock in place of a fake one
 	// (Operator.Clock is nil then); Step steps it.
 	Clock SteppingClock
+	// KubeletServingCACertFile and KubeletServingCAKeyFile, if set, run
+	// the kubelet serving certificate controller with that CA
+	// (kubeletca's ServingCAFile and ServingCAKeyFile), as the operator's
+	// --kubelet-serving-ca-cert-file and --kubelet-serving-ca-key-file.
+	KubeletServingCACertFile, KubeletServingCAKeyFile string
 }
 
 // OperatorNamespace holds the operator's placeholder Pods and policy params.
@@ -142,6 +148,12 @@ func (e *Env) StartOperator(o OperatorOptions) (*Operator, error) {
 		op.Clock = clocktesting.NewFakeClock(o.Start)
 		op.clock = op.Clock
 	}
+	var servingCA *servingcert.CA
+	if o.KubeletServingCACertFile != "" || o.KubeletServingCAKeyFile != "" {
+		if servingCA, err = servingcert.LoadCA(o.KubeletServingCACertFile, o.KubeletServingCAKeyFile); err != nil {
+			return nil, err
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	op.stop = cancel
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: OperatorNamespace}}
@@ -156,6 +168,7 @@ func (e *Env) StartOperator(o OperatorOptions) (*Operator, error) {
 		WebhooksOnly: o.WebhooksOnly, PolicyNamespace: OperatorNamespace, HeartbeatGrace: o.HeartbeatGrace,
 		ApplyAdmissionPolicies: o.ApplyAdmissionPolicies,
 		AuditSink:              o.AuditSink, AuditOrigin: audit.Origin{Cluster: "envtest"},
+		KubeletServingCA: servingCA,
 	}); err != nil {
 		cancel()
 		return nil, err
