@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/boualleiguie/macrack-operator/internal/guest"
-	"github.com/boualleiguie/macrack-operator/internal/guest/jobloop"
+	"github.com/boualleiguie/macrack-operator/internal/runner/jobloop"
 )
 
 // version is the agent's version, set at build time with

@@ -27,7 +27,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/agent/simguest"
 	"github.com/boualleiguie/macrack-operator/internal/agent/vmspec"
 	"github.com/boualleiguie/macrack-operator/internal/guest"
-	"github.com/boualleiguie/macrack-operator/internal/guest/jobloop"
+	"github.com/boualleiguie/macrack-operator/internal/runner/jobloop"
 )
 
 // options are the helper's command-line settings.

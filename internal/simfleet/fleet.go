@@ -33,7 +33,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/agent/simguest"
 	"github.com/boualleiguie/macrack-operator/internal/enroll"
 	"github.com/boualleiguie/macrack-operator/internal/guest"
-	"github.com/boualleiguie/macrack-operator/internal/guest/jobloop"
+	"github.com/boualleiguie/macrack-operator/internal/runner/jobloop"
 )
 
 // BootstrapKubeconfig is the file in a host's state directory that holds
