@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/boualleiguie/macrack-operator/internal/guest"
-	"github.com/boualleiguie/macrack-operator/internal/runner/jobloop"
 )
 
 // version is the agent's version, set at build time with
@@ -39,9 +38,6 @@ type options struct {
 	diskPath    string
 	minHeadroom int64
 	idleTimeout time.Duration
-	// gitlabRunner is gitlab-runner's path: a guest configured as a CI
-	// runner runs one job with its run-single.
-	gitlabRunner string
 	// loginUser is the user whose MacRack-managed keys the reports tell
 	// until the host sets keys for one.
 	loginUser string
@@ -55,8 +51,6 @@ func main() {
 	fs.StringVar(&opts.diskPath, "disk-path", "/", "A path on the volume whose free space is reported.")
 	fs.Int64Var(&opts.minHeadroom, "min-headroom", 20<<30, "The least free space, in bytes, of a guest ready for work.")
 	fs.DurationVar(&opts.idleTimeout, "idle-timeout", guest.DefaultIdleTimeout, "How long a connection may wait for the next request.")
-	fs.StringVar(&opts.gitlabRunner, "gitlab-runner", "/usr/local/bin/gitlab-runner",
-		"gitlab-runner's path: a guest the host configures as a CI runner runs one job with its run-single; empty runs no workloads.")
 	fs.StringVar(&opts.loginUser, "login-user", guest.DefaultLoginUser,
 		"The guest login user whose MacRack-managed SSH keys the reports tell, until the host sets keys for a user.")
 	zapOpts := zap.Options{Development: false}
@@ -91,7 +85,6 @@ func run(ctx context.Context, log logr.Logger, opts options) error {
 		IdleTimeout:  opts.idleTimeout,
 		Clock:        clk,
 		Shutdown:     shutdownGuest,
-		Workload:     workload(ctx, opts, clk, log),
 		// Running as root, it runs commands as the user the host names,
 		// and installs keys in that user's home, the user's own files.
 		Exec:      &guest.UnixExecutor{},
@@ -119,20 +112,6 @@ func run(ctx context.Context, log logr.Logger, opts options) error {
 	}
 	log.Info("Guest agent stopped on signal")
 	return nil
-}
-
-// workload is the guest's one CI job, when gitlab-runner is installed: a
-// guest.Workload is nil otherwise, and a Configure is answered that this
-// guest runs no workloads.
-func workload(ctx context.Context, opts options, clk clock.PassiveClock, log logr.Logger) guest.Workload {
-	if opts.gitlabRunner == "" {
-		return nil
-	}
-	if _, err := os.Stat(opts.gitlabRunner); err != nil {
-		log.Info("No gitlab-runner: this guest runs no CI jobs", "path", opts.gitlabRunner)
-		return nil
-	}
-	return jobloop.NewProcessWorkload(ctx, opts.gitlabRunner, clk, log.WithName("job"))
 }
 
 // becomeReady retries the reporter's self-check until it passes, then moves

@@ -26,8 +26,6 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
 	"github.com/boualleiguie/macrack-operator/internal/agent/simguest"
 	"github.com/boualleiguie/macrack-operator/internal/agent/vmspec"
-	"github.com/boualleiguie/macrack-operator/internal/guest"
-	"github.com/boualleiguie/macrack-operator/internal/runner/jobloop"
 )
 
 // options are the helper's command-line settings.
@@ -44,7 +42,6 @@ type options struct {
 	simShutdownTime   time.Duration
 	simIgnoreShutdown bool
 	simXcode          string
-	simJobPoll        time.Duration
 }
 
 func main() {
@@ -60,7 +57,6 @@ func main() {
 	fs.DurationVar(&opts.simBootTime, "sim-boot-time", sim.DefaultBootTime, "How long a sim VM takes to boot.")
 	fs.DurationVar(&opts.simShutdownTime, "sim-shutdown-time", sim.DefaultShutdownTime, "How long a sim guest takes to shut down.")
 	fs.BoolVar(&opts.simIgnoreShutdown, "sim-guest-ignores-shutdown", false, "Make the sim guest ignore shutdown requests.")
-	fs.DurationVar(&opts.simJobPoll, "sim-job-poll", jobloop.DefaultPollInterval, "How often a sim guest configured as a CI runner asks GitLab for its job.")
 	fs.StringVar(&opts.simXcode, "sim-xcode", "16.4", "The Xcode versions the sim guest agent reports, comma-separated; empty for none (never ready for work).")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(fs)
@@ -150,13 +146,11 @@ func newDriver(ctx context.Context, log logr.Logger, opts options, spec vmspec.V
 		if opts.simXcode != "" {
 			xcodes = strings.Split(opts.simXcode, ",")
 		}
-		// The sim golden carries a CI runner: a guest the host configures
-		// runs one GitLab job, its script played by the simulator.
+		// A CI job's loop runs on the host (package jobs); its scripts come
+		// to this guest through the exec channel.
 		simOpts = append(simOpts, sim.WithGuestHandler(simguest.Handler(ctx, simguest.Reporter{
 			XcodeVersions: xcodes, HeadroomBytes: int64(spec.DiskBytes / 2), Clock: clock.RealClock{},
-		}, log.WithName("guest"), simguest.WithWorkload(func(vmCtx context.Context) guest.Workload {
-			return jobloop.NewSimWorkload(vmCtx, clock.RealClock{}, opts.simJobPoll, log.WithName("job"))
-		}))))
+		}, log.WithName("guest"))))
 		return sim.New(k, simOpts...), nil
 	case "vz":
 		return vzDriver(log)

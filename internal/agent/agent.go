@@ -40,10 +40,12 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
 	"github.com/boualleiguie/macrack-operator/internal/agent/host"
 	"github.com/boualleiguie/macrack-operator/internal/agent/instances"
+	"github.com/boualleiguie/macrack-operator/internal/agent/jobs"
 	"github.com/boualleiguie/macrack-operator/internal/agent/kubelet"
 	"github.com/boualleiguie/macrack-operator/internal/agent/servingcert"
 	"github.com/boualleiguie/macrack-operator/internal/agent/sessions"
 	"github.com/boualleiguie/macrack-operator/internal/guest"
+	"github.com/boualleiguie/macrack-operator/internal/runner/jobloop"
 	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
 )
 
@@ -129,6 +131,13 @@ type Config struct {
 	// Node and the kubelet address, package servingcert), keeps its key
 	// in StateDir, and serves a self-signed one until it is issued.
 	KubeletCertFile, KubeletKeyFile string
+	// JobPoll is how often a runner VM's job loop, which runs here on the
+	// host, asks GitLab for its job; jobloop.DefaultPollInterval if zero.
+	JobPoll time.Duration
+	// NewJob, if set, makes each runner VM's job loop in place of the
+	// project's own (jobloop.RunOne, the job's scripts run in the VM
+	// through its exec channel): the fleet simulator's interpreter, say.
+	NewJob jobs.NewWorkload
 }
 
 // kubeletPort is the port of KubeletAddress; 0 if the agent serves no
@@ -234,6 +243,7 @@ func run(ctx context.Context, cfg *rest.Config, c Config, wg *sync.WaitGroup, re
 	if err := mgr.Add(manager.RunnableFunc(store.Run)); err != nil {
 		return err
 	}
+	guests := &sessions.Guests{Launcher: c.Launcher, GuestPort: guest.DefaultPort, Reader: mgr.GetClient()}
 	inst := &instances.Instances{
 		Client: mgr.GetClient(), NodeName: c.NodeName, Launcher: c.Launcher, Disks: instances.Disks{Root: c.StateDir},
 		Clock: c.Clock, StopGrace: cmp.Or(c.StopGrace, 30*time.Second), GuestPort: guest.DefaultPort, Poll: cmp.Or(c.Poll, 10*time.Second),
@@ -241,6 +251,10 @@ func run(ctx context.Context, cfg *rest.Config, c Config, wg *sync.WaitGroup, re
 		Images: store, Log: c.Log.WithName("instances"),
 		BootID: c.BootID, Rebooter: c.Rebooter, Rebooted: rebooted, SimKernel: c.SimKernel,
 		GuestKey: guestKey,
+		Jobs:     &jobs.Runners{Parent: ctx, New: c.jobLoop(), Log: c.Log.WithName("jobs")},
+		Scripts: func(inst *computev1alpha1.MacOSInstance) jobs.ScriptRunner {
+			return guests.Scripts(inst)
+		},
 	}
 	// Before the first facts report: a Stuck of this boot must stand.
 	if err := inst.LoadQuota(ctx); err != nil {
@@ -397,4 +411,19 @@ func WithTokenFile(cfg *rest.Config, file string) (*rest.Config, error) {
 	out.BearerToken = ""
 	out.BearerTokenFile = file
 	return out, nil
+}
+
+// jobLoop makes each runner VM's job loop: NewJob, or the project's own,
+// which asks GitLab for one job with the runner token, here, and runs the
+// job's steps in the VM through its exec channel.
+func (c Config) jobLoop() jobs.NewWorkload {
+	if c.NewJob != nil {
+		return c.NewJob
+	}
+	return func(parent context.Context, vm jobs.VM, log logr.Logger) guest.Workload {
+		return jobloop.NewWorkload(parent, func(ctx context.Context, cfg jobloop.Config, onState func(jobloop.State)) (jobloop.State, error) {
+			cfg.PollInterval = c.JobPoll
+			return jobloop.RunOne(ctx, cfg, jobs.Executor{Scripts: vm.Scripts}, c.Clock, log, onState)
+		}, log)
+	}
 }

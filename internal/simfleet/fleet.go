@@ -30,6 +30,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
 	"github.com/boualleiguie/macrack-operator/internal/agent/host"
 	"github.com/boualleiguie/macrack-operator/internal/agent/instances"
+	"github.com/boualleiguie/macrack-operator/internal/agent/jobs"
 	"github.com/boualleiguie/macrack-operator/internal/agent/simguest"
 	"github.com/boualleiguie/macrack-operator/internal/enroll"
 	"github.com/boualleiguie/macrack-operator/internal/guest"
@@ -129,9 +130,7 @@ func newMini(h Host, o Options) (*mini, error) {
 	drv := sim.New(kernel, sim.WithClock(o.Clock), sim.WithLogger(log.WithName("vm")),
 		sim.WithGuestHandler(simguest.Handler(context.Background(), simguest.Reporter{
 			XcodeVersions: []string{"16.4"}, HeadroomBytes: 50 << 30, Clock: o.Clock,
-		}, log.WithName("guest"), simguest.WithWorkload(func(vmCtx context.Context) guest.Workload {
-			return jobloop.NewSimWorkload(vmCtx, o.Clock, 0, log.WithName("job"))
-		}))))
+		}, log.WithName("guest"))))
 	launcher, err := helper.NewInProcessLauncher(filepath.Join(h.StateDir, "run"), drv,
 		helper.WithLauncherLogger(log.WithName("helpers")), helper.WithStopGrace(30*time.Second))
 	if err != nil {
@@ -156,6 +155,12 @@ func newMini(h Host, o Options) (*mini, error) {
 		TokenFile:         filepath.Join(h.StateDir, "token"), TokenTTL: cmp.Or(o.TokenTTL, time.Hour),
 		RegistryAuth: o.RegistryAuth, Clock: o.Clock, Log: log, NewMachineID: instances.RandomMachineID,
 		BootID: boot, SimKernel: kernel,
+		// A thousand hosts' jobs on the fleet's clock: the loop runs on
+		// the host, as everywhere, and the simulator plays the scripts
+		// there rather than in the VMs.
+		NewJob: func(parent context.Context, _ jobs.VM, log logr.Logger) guest.Workload {
+			return jobloop.NewSimWorkload(parent, o.Clock, 0, log)
+		},
 		Rebooter: rebooter{launcher: launcher, kernel: kernel, boot: boot, log: log.WithName("reboot")},
 	}
 	return m, nil

@@ -14,7 +14,9 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
+	"github.com/boualleiguie/macrack-operator/internal/agent/jobs"
 	"github.com/boualleiguie/macrack-operator/internal/guest"
+	"github.com/boualleiguie/macrack-operator/internal/gitlab"
 	"github.com/boualleiguie/macrack-operator/internal/sealing"
 )
 
@@ -73,17 +75,18 @@ func (r *Instances) tendGuest(ctx context.Context, log logr.Logger, c *helper.Cl
 		log.V(1).Info("Guest report failed", "error", err.Error())
 		return guestWord{}
 	}
+	// The VM's job is the host's: its loop runs in this process, and the
+	// guest knows nothing of it.
+	rep.Configured, rep.Job = r.Jobs.Status(inst.UID)
 	w := guestWord{report: &rep}
 	if owesConfig(inst, rep) {
-		w.config, w.message = r.configureGuest(ctx, log, gc, ack, inst)
-		if w.config != nil && w.config.Phase == computev1alpha1.GuestConfigDelivered {
-			// The guest's word after it took the config, in the same write.
-			actx, cancel := context.WithTimeout(ctx, guestReportTimeout)
-			defer cancel()
-			if again, err := gc.Report(actx); err == nil {
-				w.report = &again
-			}
-		}
+		w.config, w.message = r.configureJob(ctx, log, ack, inst)
+		rep.Configured, rep.Job = r.Jobs.Status(inst.UID)
+	} else if lost := lostJob(inst, r.Jobs); lost != nil {
+		rep.Job = lost
+		// Said once: the next pass reads the job Failed.
+		log.Info("The agent restarted under the VM's job, which ended with it; the job is the system's failure",
+			"MacOSInstance", client.ObjectKeyFromObject(inst), "jobID", lost.ID)
 	}
 	// Last: a session takes the connection over.
 	w.message = joinMessages(w.message, r.tendKeys(ctx, log, gc, ack, inst, img, *w.report))
@@ -110,45 +113,60 @@ func owesConfig(inst *computev1alpha1.MacOSInstance, rep guest.Report) bool {
 	return rt.Job == nil || (rt.Job.Phase == computev1alpha1.JobWaiting && rt.Job.ID == 0)
 }
 
-// configureGuest opens the instance's sealed config with the chassis' key
-// and hands the plaintext to the guest. It returns the config's new status
-// (nil for no change) and a message for status.runtime.message. The
-// plaintext lives only for the call: it is never logged, stored or
-// reported, and is cleared once sent.
-func (r *Instances) configureGuest(ctx context.Context, log logr.Logger, gc *guest.Client, ack guest.HelloAck, inst *computev1alpha1.MacOSInstance) (*computev1alpha1.GuestConfigStatus, string) {
+// configureJob opens the instance's sealed config with the chassis' key
+// and hands the plaintext to the VM's job loop, which runs here, on the
+// host: the runner token never enters the VM. It returns the config's new
+// status (nil for no change) and a message for status.runtime.message.
+// The plaintext lives only for the call: it is never logged, stored or
+// reported, and is cleared once taken.
+func (r *Instances) configureJob(ctx context.Context, log logr.Logger, ack guest.HelloAck, inst *computev1alpha1.MacOSInstance) (*computev1alpha1.GuestConfigStatus, string) {
 	key := client.ObjectKeyFromObject(inst)
 	sealed := *inst.Spec.GuestConfig
-	if !guest.KnowsConfigure(ack.ProtocolVersion) {
-		// Not even opened: there is no one to hand it to.
-		msg := fmt.Sprintf("the guest agent %s speaks protocol %s, which cannot take the instance's guest config; the guest runs without it",
+	if !guest.KnowsSession(ack.ProtocolVersion) {
+		// Not even opened: the job's scripts could not reach the VM.
+		msg := fmt.Sprintf("the guest agent %s speaks protocol %s, which has no exec channel for the job's scripts; the VM runs no job",
 			ack.AgentVersion, ack.ProtocolVersion)
-		r.logOnce(log, inst, msg, "The guest agent is too old to take its guest config", "MacOSInstance", key, "protocolVersion", ack.ProtocolVersion)
+		r.logOnce(log, inst, msg, "The guest agent is too old to run a job", "MacOSInstance", key, "protocolVersion", ack.ProtocolVersion)
 		return nil, msg
 	}
 	plain, err := r.openGuestConfig(inst, sealed)
 	if err != nil {
 		st := unreadable(err, sealed, r.GuestKey)
-		log.Info("The sealed guest config does not open; the guest gets none", "MacOSInstance", key,
+		log.Info("The sealed guest config does not open; the VM runs no job", "MacOSInstance", key,
 			"keyID", sealed.KeyID, "chassisKeyID", r.guestKeyID(), "reason", st.Message)
 		return st, ""
 	}
-	cctx, cancel := context.WithTimeout(ctx, guestConfigureTimeout)
-	defer cancel()
-	err = gc.Configure(cctx, plain)
+	err = r.Jobs.Configure(ctx, jobs.VM{Namespace: inst.Namespace, Name: inst.Name, UID: inst.UID, Scripts: r.Scripts(inst)}, plain)
 	clear(plain)
-	switch {
-	case err == nil:
-		log.Info("Delivered the guest config", "MacOSInstance", key, "keyID", sealed.KeyID)
-		return &computev1alpha1.GuestConfigStatus{Phase: computev1alpha1.GuestConfigDelivered}, ""
-	case errors.Is(err, guest.ErrRemote) && !errors.Is(err, guest.ErrClosed):
-		// The guest's own words go to the log only: they are the guest's,
-		// and the status is read by every agent.
-		msg := "the guest agent refused the instance's guest config; it is offered again"
-		r.logOnce(log, inst, msg, "The guest agent refused its guest config", "MacOSInstance", key, "keyID", sealed.KeyID, "reason", err.Error())
-		return nil, msg
+	if err != nil {
+		// The error never quotes the config: ParseConfig and the loop
+		// name fields, not values.
+		msg := "the agent could not start the VM's job: " + err.Error()
+		r.logOnce(log, inst, msg, "Starting the VM's job failed", "MacOSInstance", key, "keyID", sealed.KeyID, "error", err.Error())
+		return nil, truncate(msg, maxGuestConfigMessage)
 	}
-	log.V(1).Info("Handing the guest its config failed; it is offered again", "MacOSInstance", key, "error", err.Error())
-	return nil, ""
+	log.Info("Started the VM's job loop on the host", "MacOSInstance", key, "keyID", sealed.KeyID)
+	return &computev1alpha1.GuestConfigStatus{Phase: computev1alpha1.GuestConfigDelivered}, ""
+}
+
+// lostJob is the job status of a VM whose job started under an earlier
+// run of this agent: the loop ended with that process, so the job is the
+// system's failure, and the VM runs no other. Nil when the agent holds
+// the VM's loop, or the VM had no job under way.
+func lostJob(inst *computev1alpha1.MacOSInstance, j *jobs.Runners) *guest.JobReport {
+	rt := inst.Status.Runtime
+	if inst.Spec.GuestConfig == nil || rt == nil || rt.Job == nil || j.Holds(inst.UID) {
+		return nil
+	}
+	if rt.Job.Phase != computev1alpha1.JobRunning && (rt.Job.Phase != computev1alpha1.JobWaiting || rt.Job.ID == 0) {
+		return nil
+	}
+	lost := &guest.JobReport{Phase: guest.JobFailed, ID: rt.Job.ID, FailureReason: string(gitlab.FailureRunnerSystem), QueuedSeconds: rt.Job.QueuedSeconds}
+	if rt.Job.StartedAt != nil {
+		t := rt.Job.StartedAt.Time
+		lost.StartedAt = &t
+	}
+	return lost
 }
 
 // openGuestConfig opens the instance's sealed config, bound to the

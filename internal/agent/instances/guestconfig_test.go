@@ -21,6 +21,7 @@ import (
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent/driver/sim"
+	"github.com/boualleiguie/macrack-operator/internal/agent/jobs"
 	"github.com/boualleiguie/macrack-operator/internal/agent/simguest"
 	"github.com/boualleiguie/macrack-operator/internal/guest"
 	"github.com/boualleiguie/macrack-operator/internal/sealing"
@@ -60,7 +61,7 @@ func (l *logLines) count(msg string) int {
 	return n
 }
 
-// bootWorkload is one boot's workload of a test guest: it takes one
+// bootWorkload is a VM's job loop on the host, for a test: it takes one
 // config, and reports the job its test sets.
 type bootWorkload struct {
 	once   guest.OneConfig
@@ -120,23 +121,24 @@ func (w *bootWorkload) token() string {
 	return ""
 }
 
-// workloads are the workloads of the rig's guests, per VM, one per boot.
+// workloads are the job loops of the rig's VMs, on the host, per VM.
 type workloads struct {
 	mu     sync.Mutex
 	refuse bool
 	byVM   map[string][]*bootWorkload
 }
 
-func (ws *workloads) make(vmCtx context.Context) guest.Workload {
-	spec, _ := sim.GuestSpec(vmCtx)
+func (ws *workloads) make(_ context.Context, vm jobs.VM, _ logr.Logger) guest.Workload {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	w := &bootWorkload{refuse: ws.refuse}
-	ws.byVM[spec.Name] = append(ws.byVM[spec.Name], w)
+	key := vm.Namespace + "/" + vm.Name
+	ws.byVM[key] = append(ws.byVM[key], w)
 	return w
 }
 
-// boots are the workloads of the instance name's VM, first boot first.
+// boots are the job loops made for the instance name's VM, on the host,
+// first first: one per run of the agent.
 func (ws *workloads) boots(name string) []*bootWorkload {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
@@ -168,13 +170,15 @@ func newConfigRig(t *testing.T, refuse bool, names ...string) *configRig {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	handler := simguest.Handler(ctx, simguest.Reporter{XcodeVersions: []string{"16.4"}, HeadroomBytes: 50 << 30, Clock: clockNow{}},
-		logs.logger().WithName("guest"), simguest.WithWorkload(ws.make))
+		logs.logger().WithName("guest"))
 	qr := newQuarantineRig(t, []sim.Option{sim.WithGuestHandler(handler), sim.WithLogger(logs.logger().WithName("vm"))}, names...)
 	key, err := sealing.LoadOrCreate(filepath.Join(qr.r.Disks.Root, "guest-key"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	qr.r.GuestKey, qr.r.Log = key, logs.logger()
+	qr.r.Jobs = &jobs.Runners{Parent: ctx, New: ws.make, Log: logs.logger()}
+	qr.r.Scripts = func(*computev1alpha1.MacOSInstance) jobs.ScriptRunner { return nil }
 	return &configRig{quarantineRig: qr, key: key, workloads: ws, logs: logs}
 }
 
@@ -293,15 +297,15 @@ func (cr *configRig) tryInstance(name string) (*computev1alpha1.MacOSInstance, e
 }
 
 // A config sealed for this instance on this node is opened, handed to the
-// guest, and reported Delivered, with the guest's job, in one write; and
-// the token is nowhere but in the guest. The control: the guest did get
-// the token, so the grep would have found it.
-func TestASealedConfigIsDeliveredToItsGuestAndNowhereElse(t *testing.T) {
+// VM's job loop on the host, and reported Delivered, with the loop's job,
+// in one write; and the token is nowhere but in the loop. The control:
+// the loop did get the token, so the grep would have found it.
+func TestASealedConfigIsDeliveredToItsJobLoopAndNowhereElse(t *testing.T) {
 	cr := newConfigRig(t, false, "ci-1")
 	cr.giveConfig("ci-1", cr.seal(cr.key, testNS, "ci-1", testNode))
 	rt := cr.running("ci-1")
 	if got := cr.workloads.latest(t, "ci-1").token(); got != runnerToken {
-		t.Fatalf("the guest took token %q, want the sealed one", got)
+		t.Fatalf("the job loop took token %q, want the sealed one", got)
 	}
 	if rt.GuestConfig == nil || rt.GuestConfig.Phase != computev1alpha1.GuestConfigDelivered || rt.GuestConfig.Message != "" {
 		t.Fatalf("guestConfig %+v, want Delivered", rt.GuestConfig)
@@ -314,13 +318,13 @@ func TestASealedConfigIsDeliveredToItsGuestAndNowhereElse(t *testing.T) {
 			t.Fatalf("the config's delivery and the guest's job were two writes: %s", w.body)
 		}
 	}
-	if n := cr.logs.count("Delivered the guest config"); n != 1 {
+	if n := cr.logs.count("Started the VM's job loop on the host"); n != 1 {
 		t.Fatalf("the delivery was logged %d times, want once", n)
 	}
 	// Configured, the guest is not sent it again.
 	cr.pass("ci-1")
 	cr.pass("ci-1")
-	if n := cr.logs.count("Delivered the guest config"); n != 1 || len(cr.workloads.boots("ci-1")) != 1 {
+	if n := cr.logs.count("Started the VM's job loop on the host"); n != 1 || len(cr.workloads.boots("ci-1")) != 1 {
 		t.Fatalf("delivered %d times to %d boots, want once to one", n, len(cr.workloads.boots("ci-1")))
 	}
 	cr.assertNoLeak()
@@ -387,7 +391,7 @@ func TestAConfigSealedForElsewhereIsUnreadableAndTheGuestGetsNothing(t *testing.
 			writes := cr.runtimeWrites()
 			cr.pass("ci-2")
 			cr.pass("ci-2")
-			if n := cr.logs.count("The sealed guest config does not open; the guest gets none"); n != 1 {
+			if n := cr.logs.count("The sealed guest config does not open; the VM runs no job"); n != 1 {
 				t.Fatalf("the unreadable config was logged %d times, want once", n)
 			}
 			if got := cr.runtimeWrites() - writes; got != 0 {
@@ -398,70 +402,63 @@ func TestAConfigSealedForElsewhereIsUnreadableAndTheGuestGetsNothing(t *testing.
 	}
 }
 
-// A guest that restarts (its VM stopped and started, as after a host
-// reboot) says configured false again, and is configured again. One whose
-// VM's job ended is not: a VM takes one job.
-func TestARestartedGuestIsConfiguredAgainUnlessItsJobEnded(t *testing.T) {
+// A VM that restarts (its VM stopped and started) keeps its one job loop,
+// which is the host's: no second loop is made, and no second config
+// handed over.
+func TestARestartedVMKeepsItsOneJobLoop(t *testing.T) {
 	cr := newConfigRig(t, false, "ci-1")
 	cr.giveConfig("ci-1", cr.seal(cr.key, testNS, "ci-1", testNode))
 	cr.running("ci-1")
-	restart := func() {
-		t.Helper()
-		if _, err := cr.helperOf("ci-1").StopVM(context.Background(), 0); err != nil {
-			t.Fatal(err)
-		}
-		cr.running("ci-1")
-	}
-	restart()
-	boots := cr.workloads.boots("ci-1")
-	if len(boots) != 2 || boots[1].token() != runnerToken {
-		t.Fatalf("%d boots, the last configured %v; want the restarted guest configured again", len(boots), len(boots) == 2 && boots[1].token() != "")
-	}
-	if rt := cr.instance("ci-1").Status.Runtime; rt.GuestConfig.Phase != computev1alpha1.GuestConfigDelivered || rt.Job.Phase != computev1alpha1.JobWaiting {
-		t.Fatalf("after the restart: guestConfig %+v job %+v", rt.GuestConfig, rt.Job)
-	}
-
-	// The job ends; the VM restarts: it is not handed the config again.
-	now := time.Now().UTC()
-	boots[1].setJob(guest.JobReport{Phase: guest.JobSucceeded, ID: 7, StartedAt: &now, FinishedAt: &now, ExitCode: ptrInt32(0)})
-	cr.pass("ci-1")
-	if j := cr.instance("ci-1").Status.Runtime.Job; j.Phase != computev1alpha1.JobSucceeded {
-		t.Fatalf("job %+v, want Succeeded", j)
-	}
-	restart()
-	boots = cr.workloads.boots("ci-1")
-	if len(boots) != 3 || boots[2].token() != "" {
-		t.Fatalf("%d boots, the last configured: a VM whose job ended must take no other", len(boots))
-	}
-	if j := cr.instance("ci-1").Status.Runtime.Job; j == nil || j.Phase != computev1alpha1.JobSucceeded || j.ID != 7 {
-		t.Fatalf("job %+v after the restart, want the ended job's record to stand", j)
-	}
-	cr.assertNoLeak()
-}
-
-// A VM restarted under its job (a quarantine's reboot) is not configured
-// again either: its disk holds what the job left.
-func TestAGuestRestartedUnderItsJobIsNotConfiguredAgain(t *testing.T) {
-	cr := newConfigRig(t, false, "ci-1")
-	cr.giveConfig("ci-1", cr.seal(cr.key, testNS, "ci-1", testNode))
-	cr.running("ci-1")
-	now := time.Now().UTC()
-	cr.workloads.latest(t, "ci-1").setJob(guest.JobReport{Phase: guest.JobRunning, ID: 9, StartedAt: &now})
-	cr.pass("ci-1")
-	if j := cr.instance("ci-1").Status.Runtime.Job; j == nil || j.Phase != computev1alpha1.JobRunning {
-		t.Fatalf("job %+v, want Running", j)
-	}
 	if _, err := cr.helperOf("ci-1").StopVM(context.Background(), 0); err != nil {
 		t.Fatal(err)
 	}
 	cr.running("ci-1")
-	boots := cr.workloads.boots("ci-1")
-	if len(boots) != 2 || boots[1].token() != "" {
-		t.Fatalf("%d boots, the last configured: a VM restarted under its job must take no other", len(boots))
+	if boots := cr.workloads.boots("ci-1"); len(boots) != 1 || boots[0].token() != runnerToken {
+		t.Fatalf("%d loops after the VM restarted, want the one", len(boots))
 	}
-	if j := cr.instance("ci-1").Status.Runtime.Job; j == nil || j.Phase != computev1alpha1.JobRunning || j.ID != 9 {
-		t.Fatalf("job %+v after the restart, want the interrupted job's record to stand", j)
+	if n := cr.logs.count("Started the VM's job loop on the host"); n != 1 {
+		t.Fatalf("the loop was started %d times, want once", n)
 	}
+	cr.assertNoLeak()
+}
+
+// An agent that restarts under a VM's job holds no loop for it: the job
+// ended with the old process. It is reported Failed as the system's
+// failure, once, and the VM gets no other job. The control: the same
+// restart after the job ended changes nothing.
+func TestAnAgentRestartedUnderAJobReportsItLost(t *testing.T) {
+	cr := newConfigRig(t, false, "ci-1", "ci-2")
+	for _, n := range []string{"ci-1", "ci-2"} {
+		cr.giveConfig(n, cr.seal(cr.key, testNS, n, testNode))
+		cr.running(n)
+	}
+	now := time.Now().UTC()
+	cr.workloads.latest(t, "ci-1").setJob(guest.JobReport{Phase: guest.JobRunning, ID: 9, StartedAt: &now})
+	cr.workloads.latest(t, "ci-2").setJob(guest.JobReport{Phase: guest.JobSucceeded, ID: 10, StartedAt: &now, FinishedAt: &now, ExitCode: ptrInt32(0)})
+	cr.pass("ci-1")
+	cr.pass("ci-2")
+
+	// The restart: a new process, no loops.
+	cr.r.Jobs = &jobs.Runners{Parent: context.Background(), New: cr.workloads.make, Log: cr.logs.logger()}
+	cr.pass("ci-1")
+	cr.pass("ci-2")
+	j := cr.instance("ci-1").Status.Runtime.Job
+	if j == nil || j.Phase != computev1alpha1.JobFailed || j.ID != 9 || j.FailureReason != "runner_system_failure" || j.StartedAt == nil {
+		t.Fatalf("job %+v, want job 9 Failed as runner_system_failure", j)
+	}
+	if j := cr.instance("ci-2").Status.Runtime.Job; j == nil || j.Phase != computev1alpha1.JobSucceeded || j.ID != 10 {
+		t.Fatalf("control: job %+v, want the ended job's record to stand", j)
+	}
+	cr.pass("ci-1")
+	if n := cr.logs.count("The agent restarted under the VM's job, which ended with it; the job is the system's failure"); n != 1 {
+		t.Fatalf("the lost job was logged %d times, want once", n)
+	}
+	for _, n := range []string{"ci-1", "ci-2"} {
+		if boots := cr.workloads.boots(n); len(boots) != 1 {
+			t.Fatalf("%s: %d loops, want no new one: a VM takes one job", n, len(boots))
+		}
+	}
+	cr.assertNoLeak()
 }
 
 // The guest's job reaches status.runtime.job, times as the API keeps them;
@@ -517,20 +514,19 @@ func TestTheGuestsJobReachesTheStatusOnlyWhenItChanges(t *testing.T) {
 	cr.assertNoLeak()
 }
 
-// A guest that refuses the config is offered it again at every poll,
-// with the refusal logged once and told in status.runtime.message, never
-// with its words. The control is the delivering rig above.
-func TestAGuestThatRefusesItsConfigIsToldAgainAndLoggedOnce(t *testing.T) {
+// A job loop that refuses the config is offered it again at every poll,
+// with the refusal logged once and told in status.runtime.message. The
+// control is the delivering rig above.
+func TestAJobLoopThatRefusesItsConfigIsToldAgainAndLoggedOnce(t *testing.T) {
 	cr := newConfigRig(t, true, "ci-1")
 	cr.giveConfig("ci-1", cr.seal(cr.key, testNS, "ci-1", testNode))
 	cr.running("ci-1")
 	cr.pass("ci-1")
 	cr.pass("ci-1")
-	if rt := cr.instance("ci-1").Status.Runtime; rt.GuestConfig != nil || !strings.Contains(rt.Message, "refused the instance's guest config") ||
-		strings.Contains(rt.Message, "CI system") {
-		t.Fatalf("guestConfig %+v message %q, want no phase and the refusal without the guest's words", rt.GuestConfig, rt.Message)
+	if rt := cr.instance("ci-1").Status.Runtime; rt.GuestConfig != nil || !strings.Contains(rt.Message, "could not start the VM's job") {
+		t.Fatalf("guestConfig %+v message %q, want no phase and the refusal", rt.GuestConfig, rt.Message)
 	}
-	if n := cr.logs.count("The guest agent refused its guest config"); n != 1 {
+	if n := cr.logs.count("Starting the VM's job failed"); n != 1 {
 		t.Fatalf("the refusal was logged %d times at level 0, want once", n)
 	}
 	cr.assertNoLeak()
@@ -565,9 +561,9 @@ func oldGuest(seen chan<- guest.MessageType) sim.GuestHandler {
 	}
 }
 
-// A guest agent of protocol 1.1 cannot take a config: it is not sent one
-// (nor is the seal opened for it), and the status says why.
-func TestAGuestTooOldForAConfigIsNotSentOne(t *testing.T) {
+// A guest agent of protocol 1.1 has no exec channel for a job's scripts:
+// its VM's config is not opened, no loop starts, and the status says why.
+func TestAGuestTooOldForSessionsRunsNoJob(t *testing.T) {
 	seen := make(chan guest.MessageType, 8)
 	logs := &logLines{}
 	qr := newQuarantineRig(t, []sim.Option{sim.WithGuestHandler(oldGuest(seen))}, "ci-1")
@@ -576,9 +572,14 @@ func TestAGuestTooOldForAConfigIsNotSentOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	qr.r.GuestKey, qr.r.Log = key, logs.logger()
-	cr := &configRig{quarantineRig: qr, key: key, workloads: &workloads{byVM: map[string][]*bootWorkload{}}, logs: logs}
+	ws := &workloads{byVM: map[string][]*bootWorkload{}}
+	qr.r.Jobs = &jobs.Runners{Parent: context.Background(), New: ws.make, Log: logs.logger()}
+	cr := &configRig{quarantineRig: qr, key: key, workloads: ws, logs: logs}
 	cr.giveConfig("ci-1", cr.seal(key, testNS, "ci-1", testNode))
 	rt := cr.running("ci-1")
+	if len(ws.boots("ci-1")) != 0 {
+		t.Fatal("a job loop started for a guest that cannot run its scripts")
+	}
 	if rt.LastReportAt == nil || !strings.Contains(rt.Message, "protocol 1.1") || rt.GuestConfig != nil {
 		t.Fatalf("runtime %+v, want the old guest's report and a message naming its protocol", rt)
 	}
@@ -627,10 +628,10 @@ func TestAGuestsJobIsTakenOnlyAsTheAPIWouldAcceptIt(t *testing.T) {
 func ptrInt32(v int32) *int32 { return &v }
 func ptrInt64(v int64) *int64 { return &v }
 
-// A deleted instance's VM is stopped through its guest, as a quarantine
-// stops it: the guest's workload gets to report its job before the VM
-// goes, and the stop is on record.
-func TestADeletedInstancesGuestIsStoppedBeforeItsVM(t *testing.T) {
+// A deleted instance's job loop is stopped before its VM, as a quarantine
+// stops it: the loop gets to report its job before the VM goes, and the
+// stop is on record.
+func TestADeletedInstancesJobIsStoppedBeforeItsVM(t *testing.T) {
 	cr := newConfigRig(t, false, "ci-1")
 	cr.giveConfig("ci-1", cr.seal(cr.key, testNS, "ci-1", testNode))
 	cr.running("ci-1")
@@ -642,8 +643,8 @@ func TestADeletedInstancesGuestIsStoppedBeforeItsVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	cr.pass("ci-1")
-	if n := w.stopped(); n != 1 {
-		t.Fatalf("the guest's workload was stopped %d times, want once, before the VM", n)
+	if n := w.stopped(); n < 1 {
+		t.Fatalf("the job loop was stopped %d times, want at least once, before the VM", n)
 	}
 	recorded := false
 	for _, wr := range cr.recorded() {

@@ -31,6 +31,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/agent/driver"
 	"github.com/boualleiguie/macrack-operator/internal/agent/driver/sim"
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
+	"github.com/boualleiguie/macrack-operator/internal/agent/jobs"
 	"github.com/boualleiguie/macrack-operator/internal/agent/host"
 	"github.com/boualleiguie/macrack-operator/internal/agent/images"
 	"github.com/boualleiguie/macrack-operator/internal/agent/vmspec"
@@ -98,9 +99,13 @@ type Instances struct {
 	// the kernel's code 6 is tried again (30s if zero).
 	ProbeRetry time.Duration
 	// GuestKey is the chassis' guest key: it opens an instance's sealed
-	// spec.guestConfig, which the loop hands to the guest. Nil: no sealed
-	// config opens on this chassis.
+	// spec.guestConfig, which the loop hands to the VM's job loop (Jobs).
+	// Nil: no sealed config opens on this chassis.
 	GuestKey *sealing.Key
+	// Jobs runs the runner VMs' jobs, here on the host; nil runs none.
+	Jobs *jobs.Runners
+	// Scripts reaches an instance's guest for its job's scripts.
+	Scripts func(*computev1alpha1.MacOSInstance) jobs.ScriptRunner
 
 	// vmMu serialises the quota probe with the instance loop's starts: the
 	// probe counts the VMs that run, then starts one, and no tenant VM may
@@ -454,6 +459,7 @@ func (r *Instances) stop(ctx context.Context, uid string) error {
 	if !ok {
 		return nil
 	}
+	r.stopJob(ctx, r.Log, uid)
 	if c, err := helper.Dial(ctx, sock); err == nil {
 		_ = c.Stop(ctx, r.StopGrace)
 		c.Close()
@@ -467,9 +473,10 @@ func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *compute
 		return nil
 	}
 	uid := string(inst.UID)
-	// Gently, as a quarantine does: the guest is asked first, so that its
-	// workload (a CI job) is reported as the system's failure before the
-	// VM goes, rather than left running in the CI system.
+	// Gently, as a quarantine does: the VM's job, if one runs, is
+	// reported as the system's failure before the VM goes, rather than
+	// left running in the CI system; then the guest is asked.
+	r.stopJob(ctx, log, uid)
 	method, err := r.stopGracefully(ctx, log, uid)
 	if err != nil {
 		return fmt.Errorf("stopping %s: %w", uid, err)
@@ -488,6 +495,7 @@ func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *compute
 	if err != nil {
 		return err
 	}
+	r.Jobs.Forget(inst.UID)
 	// The operator returns the chassis only once its inventory is empty:
 	// say so now rather than on the reaper's next pass.
 	if err := r.ReportInventory(ctx, log); err != nil {

@@ -268,10 +268,10 @@ func TestTheKeysMessageJoinsTheConfigsMessage(t *testing.T) {
 	cr.pass("ci-1")
 	cr.pass("ci-1")
 	rt := cr.instance("ci-1").Status.Runtime
-	if !strings.Contains(rt.Message, "cannot take the instance's guest config") || !strings.Contains(rt.Message, "cannot take spec.access.sshAuthorizedKeys") {
+	if !strings.Contains(rt.Message, "has no exec channel for the job's scripts") || !strings.Contains(rt.Message, "cannot take spec.access.sshAuthorizedKeys") {
 		t.Fatalf("status.runtime.message %q, want both", rt.Message)
 	}
-	if n := cr.logs.count("The guest agent is too old to take its guest config"); n != 1 {
+	if n := cr.logs.count("The guest agent is too old to run a job"); n != 1 {
 		t.Fatalf("the config's condition was logged %d times at level 0, want once", n)
 	}
 }

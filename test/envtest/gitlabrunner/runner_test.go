@@ -45,7 +45,7 @@ func startChassis(cls string) *harness.Agent {
 	GinkgoHelper()
 	a, err := env.StartAgent(harness.AgentOptions{Serial: harness.NewSerial(), Class: cls, HelperPath: helperPath,
 		Heartbeat: 2 * time.Second, Log: logger("agent"), StopGrace: 5 * time.Second,
-		HelperArgs: []string{"--sim-job-poll=200ms"}})
+		JobPoll: 200 * time.Millisecond})
 	Expect(err).NotTo(HaveOccurred())
 	agents = append(agents, a)
 	Eventually(func() fleetv1alpha1.MacNodePhase {
@@ -218,7 +218,9 @@ var _ = Describe("A GitLabRunner", Ordered, func() {
 
 		var ids []int64
 		for i := range 20 {
-			ids = append(ids, t.job(fmt.Sprintf("build-%02d", i), gitlabtest.Retry{}, fmt.Sprintf("echo job %d", i), "sleep 100ms"))
+			// Each job prints its whole environment: the runner token, which
+			// stays on the host, must not be in it.
+			ids = append(ids, t.job(fmt.Sprintf("build-%02d", i), gitlabtest.Retry{}, fmt.Sprintf("echo job %d", i), "sleep 0.1", "env"))
 		}
 		Eventually(func() []gitlab.JobState {
 			var states []gitlab.JobState
@@ -237,6 +239,8 @@ var _ = Describe("A GitLabRunner", Ordered, func() {
 			Expect(js).To(HaveLen(1), "build %d ran once", id)
 			Expect(js[0].Attempt).To(Equal(1))
 			Expect(js[0].Trace).To(ContainSubstring("$ echo job"))
+			Expect(js[0].Trace).To(ContainSubstring("CI_JOB_ID=%d", js[0].ID), "the job's environment is in its trace")
+			Expect(js[0].Trace).NotTo(ContainSubstring(t.token), "the runner token is not in the job's environment")
 			Expect(js[0].TraceChecksumOK).To(BeTrue())
 			Expect(slotIDs).To(ContainElement(js[0].SystemID), "a slot's stable system_id took job %d", js[0].ID)
 		}

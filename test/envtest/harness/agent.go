@@ -83,6 +83,9 @@ type AgentOptions struct {
 	Address             string
 	KubeletPort         int
 	KubeletClientCAFile string
+	// JobPoll is how often a runner VM's job loop, on the agent, asks
+	// GitLab for its job; jobloop's 3s if zero.
+	JobPoll time.Duration
 }
 
 // StartAgent enrolls the chassis (as macrackctl node enroll does) if need
@@ -142,7 +145,7 @@ func (e *Env) StartAgent(o AgentOptions) (*Agent, error) {
 		HeartbeatInterval: o.Heartbeat, FactsInterval: time.Minute, ImagesInterval: 500 * time.Millisecond, PullRetry: time.Second,
 		TokenFile: tokenFile, TokenTTL: time.Hour,
 		Clock: clock.RealClock{}, Log: o.Log, NewMachineID: instances.RandomMachineID, Poll: time.Second,
-		BootID: boot, SimKernel: kernel, StopGrace: o.StopGrace,
+		BootID: boot, SimKernel: kernel, StopGrace: o.StopGrace, JobPoll: o.JobPoll,
 		Rebooter: host.SimRebooter{HelperDir: filepath.Join(o.StateDir, "run"), Kernel: kernel, Boot: boot, Log: o.Log.WithName("reboot")},
 	}
 	if o.Address != "" {
