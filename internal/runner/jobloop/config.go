@@ -17,6 +17,11 @@ const (
 	// DefaultTraceInterval is how often the trace is sent until GitLab's
 	// X-GitLab-Trace-Update-Interval says otherwise.
 	DefaultTraceInterval = time.Second
+	// DefaultKeepAliveInterval is gitlab-runner's MinTraceForceSendInterval
+	// (common/consts.go): a job that sent nothing for longer is touched
+	// with a running update, since GitLab fails a running job untouched
+	// for an hour as stuck_or_timeout_failure.
+	DefaultKeepAliveInterval = 30 * time.Second
 	// DefaultFinalUpdateTimeout bounds the last trace patches and the
 	// final PUT, so that an aborted job is reported, or given up on, in
 	// bounded time.
@@ -56,6 +61,9 @@ type Config struct {
 	// DefaultTraceInterval if zero. GitLab's X-GitLab-Trace-Update-Interval
 	// replaces it once it answers, as in gitlab-runner.
 	TraceInterval time.Duration
+	// KeepAliveInterval is how long the job may send nothing before a
+	// running update touches it; DefaultKeepAliveInterval if zero.
+	KeepAliveInterval time.Duration
 	// FinalUpdateTimeout bounds reporting the job's end, even after ctx
 	// ended; DefaultFinalUpdateTimeout if zero.
 	FinalUpdateTimeout time.Duration
@@ -93,7 +101,7 @@ func (c Config) withDefaults() (Config, error) {
 	case c.SystemID == "":
 		return c, fmt.Errorf("%w: no system id", ErrInvalidConfig)
 	case c.MaxJobDuration < 0 || c.PollInterval < 0 || c.WaitTimeout < 0 || c.TraceInterval < 0 ||
-		c.FinalUpdateTimeout < 0 || c.AbortGrace < 0:
+		c.KeepAliveInterval < 0 || c.FinalUpdateTimeout < 0 || c.AbortGrace < 0:
 		return c, fmt.Errorf("%w: a negative duration", ErrInvalidConfig)
 	}
 	if c.PollInterval == 0 {
@@ -101,6 +109,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.TraceInterval == 0 {
 		c.TraceInterval = DefaultTraceInterval
+	}
+	if c.KeepAliveInterval == 0 {
+		c.KeepAliveInterval = DefaultKeepAliveInterval
 	}
 	if c.FinalUpdateTimeout == 0 {
 		c.FinalUpdateTimeout = DefaultFinalUpdateTimeout

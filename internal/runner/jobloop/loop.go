@@ -184,7 +184,7 @@ func (l *loop) run(ctx context.Context, job *gitlab.JobResponse) (State, error) 
 
 	tr := newTrace(traceLimit, secretsOf(job, l.cfg.Token)...)
 	fmt.Fprintf(tr, "Running with macrack jobloop, system ID: %s\n", l.cfg.SystemID)
-	s := &streamer{client: l.client, job: job, tr: tr, interval: l.cfg.TraceInterval}
+	s := &streamer{client: l.client, clk: l.clk, job: job, tr: tr, interval: l.cfg.TraceInterval, touched: st.StartedAt}
 
 	jobCtx, cancelJob := context.WithCancelCause(ctx)
 	defer cancelJob(nil)
@@ -222,7 +222,11 @@ func (l *loop) run(ctx context.Context, job *gitlab.JobResponse) (State, error) 
 		case <-graceC:
 			res, running, stopped = execResult{code: -1, err: errExecutorHung}, false, true
 		case <-tick.C():
-			if err := s.flush(ctx, false); errors.Is(err, ErrJobCanceled) {
+			err := s.flush(ctx, false)
+			if err == nil {
+				err = s.keepAlive(ctx, l.info, l.cfg.KeepAliveInterval)
+			}
+			if errors.Is(err, ErrJobCanceled) {
 				cancelJob(ErrJobCanceled)
 			} else if err != nil && ctx.Err() == nil {
 				log.Info("Sending the trace failed, will retry", "error", err.Error())
@@ -321,13 +325,16 @@ func (l *loop) finalUpdate(ctx context.Context, s *streamer, upd gitlab.JobUpdat
 	}
 }
 
-// streamer sends a job's trace incrementally.
+// streamer sends a job's trace incrementally, and keeps the job alive.
 type streamer struct {
 	client   *gitlab.Client
+	clk      clock.PassiveClock
 	job      *gitlab.JobResponse
 	tr       *traceBuffer
 	sent     int64
 	interval time.Duration
+	// touched is when GitLab last took a patch or an update of the job.
+	touched time.Time
 }
 
 // flush sends what is not sent yet, following GitLab's offset after a
@@ -351,6 +358,7 @@ func (s *streamer) flush(ctx context.Context, all bool) error {
 			return err
 		}
 		s.sent = res.Offset
+		s.touched = s.clk.Now()
 		if res.UpdateInterval > 0 {
 			s.interval = res.UpdateInterval
 		}
@@ -361,6 +369,35 @@ func (s *streamer) flush(ctx context.Context, all bool) error {
 	}
 	if all && s.sent < s.tr.size() {
 		return fmt.Errorf("trace not all sent after %d patches", maxPatchTries)
+	}
+	return nil
+}
+
+// keepAlive touches the job with a running update when nothing reached
+// GitLab for longer than every, as gitlab-runner's touchJob does after
+// each incremental update: GitLab fails a job untouched for an hour, and
+// the answer is also how a silent job learns it was cancelled. It wraps
+// ErrJobCanceled when GitLab no longer lets the runner work on the job.
+func (s *streamer) keepAlive(ctx context.Context, info gitlab.RunnerInfo, every time.Duration) error {
+	if s.clk.Since(s.touched) <= every {
+		return nil
+	}
+	res, err := s.client.UpdateJob(ctx, s.job.ID, s.job.Token, gitlab.JobUpdate{
+		Info: info, State: gitlab.StateRunning, Output: s.tr.output(),
+	})
+	switch {
+	case errors.Is(err, gitlab.ErrForbidden) || errors.Is(err, gitlab.ErrNotFound):
+		return fmt.Errorf("%w: %w", ErrJobCanceled, err)
+	case err != nil:
+		return err
+	}
+	s.touched = s.clk.Now()
+	if res.UpdateInterval > 0 {
+		s.interval = res.UpdateInterval
+	}
+	switch res.JobStatus {
+	case gitlab.StateCanceling, gitlab.StateCanceled, gitlab.StateFailed:
+		return fmt.Errorf("%w: GitLab says the job is %s", ErrJobCanceled, res.JobStatus)
 	}
 	return nil
 }
