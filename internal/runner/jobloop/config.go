@@ -23,9 +23,16 @@ const (
 	// for an hour as stuck_or_timeout_failure.
 	DefaultKeepAliveInterval = 30 * time.Second
 	// DefaultFinalUpdateTimeout bounds the last trace patches and the
-	// final PUT, so that an aborted job is reported, or given up on, in
-	// bounded time.
+	// final PUT once RunOne's ctx has ended: the VM is going away, so an
+	// aborted job is reported, or given up on, in bounded time.
 	DefaultFinalUpdateTimeout = 30 * time.Second
+	// DefaultFinalUpdateRetries and DefaultFinalUpdateBackoffMax are
+	// gitlab-runner's DefaultFinalUpdateRetryLimit and
+	// DefaultfinalUpdateBackoffMax (common/consts.go): the final update is
+	// tried 10 times, waiting 1 s, 2 s, 4 s… capped at 60 min between
+	// tries (network/trace.go finishWithFinalUpdate).
+	DefaultFinalUpdateRetries    = 10
+	DefaultFinalUpdateBackoffMax = 60 * time.Minute
 	// DefaultAbortGrace is how long a cancelled executor may take to stop
 	// before the job is reported without it.
 	DefaultAbortGrace = 5 * time.Second
@@ -64,9 +71,16 @@ type Config struct {
 	// KeepAliveInterval is how long the job may send nothing before a
 	// running update touches it; DefaultKeepAliveInterval if zero.
 	KeepAliveInterval time.Duration
-	// FinalUpdateTimeout bounds reporting the job's end, even after ctx
-	// ended; DefaultFinalUpdateTimeout if zero.
+	// FinalUpdateTimeout bounds reporting the job's end once ctx has
+	// ended; DefaultFinalUpdateTimeout if zero. Until then the final update
+	// is retried as gitlab-runner retries it, with no overall bound.
 	FinalUpdateTimeout time.Duration
+	// FinalUpdateRetries is how many times the final update is tried;
+	// DefaultFinalUpdateRetries if zero.
+	FinalUpdateRetries int
+	// FinalUpdateBackoffMax caps the doubling wait between final update
+	// tries; DefaultFinalUpdateBackoffMax if zero.
+	FinalUpdateBackoffMax time.Duration
 	// AbortGrace bounds the wait for a cancelled executor to stop;
 	// DefaultAbortGrace if zero.
 	AbortGrace time.Duration
@@ -101,7 +115,8 @@ func (c Config) withDefaults() (Config, error) {
 	case c.SystemID == "":
 		return c, fmt.Errorf("%w: no system id", ErrInvalidConfig)
 	case c.MaxJobDuration < 0 || c.PollInterval < 0 || c.WaitTimeout < 0 || c.TraceInterval < 0 ||
-		c.KeepAliveInterval < 0 || c.FinalUpdateTimeout < 0 || c.AbortGrace < 0:
+		c.KeepAliveInterval < 0 || c.FinalUpdateTimeout < 0 || c.FinalUpdateRetries < 0 ||
+		c.FinalUpdateBackoffMax < 0 || c.AbortGrace < 0:
 		return c, fmt.Errorf("%w: a negative duration", ErrInvalidConfig)
 	}
 	if c.PollInterval == 0 {
@@ -115,6 +130,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.FinalUpdateTimeout == 0 {
 		c.FinalUpdateTimeout = DefaultFinalUpdateTimeout
+	}
+	if c.FinalUpdateRetries == 0 {
+		c.FinalUpdateRetries = DefaultFinalUpdateRetries
+	}
+	if c.FinalUpdateBackoffMax == 0 {
+		c.FinalUpdateBackoffMax = DefaultFinalUpdateBackoffMax
 	}
 	if c.AbortGrace == 0 {
 		c.AbortGrace = DefaultAbortGrace

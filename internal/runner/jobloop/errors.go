@@ -23,9 +23,9 @@ var (
 	// job: a user cancelled it, or GitLab failed it, or its token stopped
 	// working. The loop stopped the job's script.
 	ErrJobCanceled = errors.New("job canceled in GitLab")
-	// ErrFinalUpdate means GitLab did not take the job's final state
-	// within Config.FinalUpdateTimeout; GitLab will time the job out
-	// itself.
+	// ErrFinalUpdate means GitLab did not take the job's final state in
+	// Config.FinalUpdateRetries tries, or within Config.FinalUpdateTimeout
+	// once the loop was stopped; GitLab will time the job out itself.
 	ErrFinalUpdate = errors.New("GitLab did not take the job's final state")
 	// ErrProcess means gitlab-runner could not be started or ended with
 	// an error before taking a job.

@@ -24,6 +24,9 @@ const maxPatchTries = 5
 var (
 	errJobTimeout   = errors.New("job timeout")
 	errExecutorHung = errors.New("executor did not stop after the job was cancelled")
+	// errFinalUpdateTimeout ends the final update FinalUpdateTimeout
+	// after RunOne's ctx ended.
+	errFinalUpdateTimeout = errors.New("final update timeout")
 )
 
 // RunOne takes exactly one job and runs it with exec, then returns its
@@ -42,7 +45,7 @@ var (
 // cfg.MaxJobDuration) passes. A ctx cancelled while the job runs (give it
 // a cause such as ErrSystemShutdown with context.WithCancelCause) stops
 // the job and reports it runner_system_failure, never a script failure,
-// within cfg.AbortGrace plus cfg.FinalUpdateTimeout; RunOne then returns
+// within cfg.AbortGrace plus cfg.FinalUpdateTimeout on clk; RunOne then returns
 // the Failed state and an error wrapping the cause.
 func RunOne(ctx context.Context, cfg Config, exec Executor, clk clock.Clock, log logr.Logger, onState func(State)) (State, error) {
 	cfg, err := cfg.withDefaults()
@@ -277,8 +280,18 @@ func (l *loop) run(ctx context.Context, job *gitlab.JobResponse) (State, error) 
 		st.ExitCode = &code
 	}
 
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.FinalUpdateTimeout)
-	defer cancel()
+	fctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancel(nil)
+	// Once ctx ends the VM is going away: report within FinalUpdateTimeout.
+	defer context.AfterFunc(ctx, func() {
+		t := l.clk.NewTimer(l.cfg.FinalUpdateTimeout)
+		defer t.Stop()
+		select {
+		case <-t.C():
+			cancel(errFinalUpdateTimeout)
+		case <-fctx.Done():
+		}
+	})()
 	err := l.finalUpdate(fctx, s, upd)
 	if err != nil && errors.Is(outcome, ErrJobCanceled) && errors.Is(err, ErrJobCanceled) {
 		err = nil // GitLab already knows: it cancelled the job.
@@ -289,38 +302,75 @@ func (l *loop) run(ctx context.Context, job *gitlab.JobResponse) (State, error) 
 }
 
 // finalUpdate sends the rest of the trace and the final state, as
-// gitlab-runner's finalUpdate loop does: again after GitLab's interval on
-// a 202, from offset 0 on a 412, and after a failure again after
-// cfg.TraceInterval (gitlab-runner too drops back to its default interval
-// here, rather than GitLab's 60 s for an unwatched job), until ctx ends.
+// gitlab-runner's finishWithFinalUpdate does: up to cfg.FinalUpdateRetries
+// tries, waiting finalUpdateBackoff between them. It gives up at once when
+// GitLab no longer lets the runner work on the job (wrapping
+// ErrJobCanceled), on another 4xx, or when ctx ends.
 func (l *loop) finalUpdate(ctx context.Context, s *streamer, upd gitlab.JobUpdate) error {
-	var last error
-	for {
-		wait := l.cfg.TraceInterval
-		err := s.flush(ctx, true)
-		if err == nil {
-			upd.Output = s.tr.output()
-			var res gitlab.UpdateResult
-			res, err = l.client.UpdateJob(ctx, s.job.ID, s.job.Token, upd)
-			switch {
-			case err == nil && !res.Accepted:
-				return nil
-			case err == nil:
-				if res.UpdateInterval > 0 {
-					wait = res.UpdateInterval
-				}
-				err = errors.New("GitLab accepted the final state but has not applied it yet")
-			case errors.Is(err, gitlab.ErrTraceValidation):
-				s.sent = 0
-			case errors.Is(err, gitlab.ErrForbidden) || errors.Is(err, gitlab.ErrNotFound):
-				return fmt.Errorf("%w: %w: %w", ErrFinalUpdate, ErrJobCanceled, err)
-			}
-		} else if errors.Is(err, ErrJobCanceled) {
+	for try := 1; ; try++ {
+		err := l.sendFinal(ctx, s, upd)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, ErrJobCanceled):
 			return fmt.Errorf("%w: %w", ErrFinalUpdate, err)
+		case ctx.Err() != nil:
+			return fmt.Errorf("%w: %w: %w", ErrFinalUpdate, context.Cause(ctx), err)
+		case permanent(err):
+			return fmt.Errorf("%w: %w", ErrFinalUpdate, err)
+		case try >= l.cfg.FinalUpdateRetries:
+			return fmt.Errorf("%w after %d tries: %w", ErrFinalUpdate, try, err)
 		}
-		last = err
-		if ctx.Err() != nil || !l.sleep(ctx, wait) {
-			return fmt.Errorf("%w within the final update timeout: %w", ErrFinalUpdate, last)
+		wait := finalUpdateBackoff(try, l.cfg.FinalUpdateBackoffMax)
+		l.log.Info("Sending the job's final state failed, retrying", "jobID", s.job.ID, "error", err.Error(), "retryIn", wait.String())
+		if !l.sleep(ctx, wait) {
+			return fmt.Errorf("%w: %w: %w", ErrFinalUpdate, context.Cause(ctx), err)
+		}
+	}
+}
+
+// finalUpdateBackoff is the wait after the given failed try: 1 s doubling,
+// capped at max, as gitlab-runner's retry backoff (jpillora/backoff with
+// Min 1 s, Factor 2) waits.
+func finalUpdateBackoff(try int, max time.Duration) time.Duration {
+	if try < 1 {
+		try = 1
+	}
+	if try > 40 { // past any cap, and before the shift overflows
+		return max
+	}
+	return min(time.Second<<(try-1), max)
+}
+
+// sendFinal is one try, gitlab-runner's finalUpdate: send the rest of the
+// trace, then the state; again after GitLab's interval on a 202, and from
+// offset 0 on a 412 (gitlab-runner too drops back to its default interval
+// here, rather than GitLab's 60 s for an unwatched job). It fails on any
+// other error.
+func (l *loop) sendFinal(ctx context.Context, s *streamer, upd gitlab.JobUpdate) error {
+	for {
+		if err := s.flush(ctx, true); err != nil {
+			return err
+		}
+		upd.Output = s.tr.output()
+		res, err := l.client.UpdateJob(ctx, s.job.ID, s.job.Token, upd)
+		wait := l.cfg.TraceInterval
+		switch {
+		case err == nil && !res.Accepted:
+			return nil
+		case err == nil:
+			if res.UpdateInterval > 0 {
+				wait = res.UpdateInterval
+			}
+		case errors.Is(err, gitlab.ErrTraceValidation):
+			s.sent = 0
+		case errors.Is(err, gitlab.ErrForbidden) || errors.Is(err, gitlab.ErrNotFound):
+			return fmt.Errorf("%w: %w", ErrJobCanceled, err)
+		default:
+			return err
+		}
+		if !l.sleep(ctx, wait) {
+			return fmt.Errorf("GitLab accepted the final state but had not applied it: %w", context.Cause(ctx))
 		}
 	}
 }
