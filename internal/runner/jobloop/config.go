@@ -156,10 +156,15 @@ func (c Config) jobTimeout(seconds int) time.Duration {
 }
 
 // runnerInfo is what the loop tells GitLab about itself. It declares only
-// what it does: no images, services, artifacts or caches, so GitLab fails
-// a job needing them with runner_unsupported rather than handing it over;
-// and not two_phase_job_commit, so GitLab marks the job running when it
-// hands it out.
+// what it does. GitLab does not refuse a job for needing images,
+// services, artifacts or caches: it checks only its own fixed list of
+// required features (Ci::Build#supported_runner? over
+// runner_required_feature_names, such as multi_build_steps or
+// return_exit_code), and fails a job needing one the runner lacks with
+// runner_unsupported; anything else the job asks is the runner's to do or
+// to ignore, as a shell runner ignores image:. It leaves out
+// two_phase_job_commit, so GitLab marks the job running when it hands it
+// out.
 func runnerInfo(executor string) gitlab.RunnerInfo {
 	return gitlab.RunnerInfo{
 		Name:         "macrack-jobloop",
