@@ -1,10 +1,12 @@
 package jobloop
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -43,8 +45,10 @@ var (
 // success, or failed with script_failure and the exit code, or
 // job_execution_timeout when the job's timeout (bounded by
 // cfg.MaxJobDuration) passes. A ctx cancelled while the job runs (give it
-// a cause such as ErrSystemShutdown with context.WithCancelCause) stops
-// the job and reports it runner_system_failure, never a script failure,
+// a cause with context.WithCancelCause) stops the job and reports it
+// runner_interrupted if the cause wraps ErrInterrupted (unknown_failure
+// where GitLab does not list that reason), else runner_system_failure;
+// never a script failure,
 // within cfg.AbortGrace plus cfg.FinalUpdateTimeout on clk; RunOne then returns
 // the Failed state and an error wrapping the cause.
 func RunOne(ctx context.Context, cfg Config, exec Executor, clk clock.Clock, log logr.Logger, onState func(State)) (State, error) {
@@ -241,8 +245,13 @@ func (l *loop) run(ctx context.Context, job *gitlab.JobResponse) (State, error) 
 	upd := gitlab.JobUpdate{Info: l.info, State: gitlab.StateFailed}
 	var final string
 	var outcome error
+	var reason gitlab.FailureReason // the runner's own, when GitLab may not know it
 	cause := context.Cause(jobCtx)
 	switch {
+	case stopped && ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrInterrupted):
+		reason = gitlab.FailureRunnerInterrupted
+		final = "ERROR: Job failed: aborted: " + context.Cause(ctx).Error()
+		outcome = fmt.Errorf("job %d aborted: %w", job.ID, context.Cause(ctx))
 	case stopped && ctx.Err() != nil:
 		upd.FailureReason = gitlab.FailureRunnerSystem
 		final = "ERROR: Job failed (system failure): aborted: " + context.Cause(ctx).Error()
@@ -264,6 +273,9 @@ func (l *loop) run(ctx context.Context, job *gitlab.JobResponse) (State, error) 
 		upd.State = gitlab.StateSuccess
 		final = "Job succeeded"
 	}
+	if reason != "" {
+		upd.FailureReason = supportedReason(job.Features.FailureReasons, reason)
+	}
 	tr.finish(final)
 
 	st.FinishedAt = l.clk.Now()
@@ -271,7 +283,7 @@ func (l *loop) run(ctx context.Context, job *gitlab.JobResponse) (State, error) 
 	if upd.State == gitlab.StateSuccess {
 		st.Phase = PhaseSucceeded
 	}
-	st.FailureReason = string(upd.FailureReason)
+	st.FailureReason = string(cmp.Or(reason, upd.FailureReason))
 	if errors.Is(outcome, ErrJobCanceled) {
 		st.FailureReason = FailureJobCanceled
 	}
@@ -299,6 +311,20 @@ func (l *loop) run(ctx context.Context, job *gitlab.JobResponse) (State, error) 
 	l.set(st)
 	log.Info("Job finished", "phase", st.Phase, "failureReason", st.FailureReason, "exitCode", res.code)
 	return l.state.clone(), errors.Join(outcome, err)
+}
+
+// alwaysSupported are the failure reasons every GitLab takes
+// (gitlab-runner's alwaysSupportedFailureReasons, common/network.go).
+var alwaysSupported = []gitlab.FailureReason{gitlab.FailureScript, gitlab.FailureRunnerSystem, gitlab.FailureJobExecutionTimeout}
+
+// supportedReason is gitlab-runner's failureReasonMapper: reason if GitLab
+// lists it in the job's features.failure_reasons or takes it always, else
+// unknown_failure (no reason the loop sends has an older equivalent).
+func supportedReason(listed []gitlab.FailureReason, reason gitlab.FailureReason) gitlab.FailureReason {
+	if slices.Contains(listed, reason) || slices.Contains(alwaysSupported, reason) {
+		return reason
+	}
+	return gitlab.FailureUnknown
 }
 
 // finalUpdate sends the rest of the trace and the final state, as
