@@ -38,6 +38,11 @@ const (
 	FailureScript              FailureReason = "script_failure"
 	FailureRunnerSystem        FailureReason = "runner_system_failure"
 	FailureJobExecutionTimeout FailureReason = "job_execution_timeout"
+	// FailureRunnerInterrupted is gitlab-runner 19.1+'s reason for a job
+	// stopped because the runner was told to stop (SIGTERM). A runner
+	// sends it only where the job's features.failure_reasons lists it,
+	// else unknown_failure.
+	FailureRunnerInterrupted FailureReason = "runner_interrupted"
 
 	FailureUnknown              FailureReason = "unknown_failure"
 	FailureAPI                  FailureReason = "api_failure"

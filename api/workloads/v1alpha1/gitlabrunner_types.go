@@ -126,7 +126,8 @@ const (
 	JobFailed JobResult = "Failed"
 	// JobSystemFailure: the VM was stopped under the job (a quarantine, a
 	// host reboot) or failed; reported to GitLab as runner_system_failure,
-	// never as the tenant's fault, so GitLab's retry rule may run it again.
+	// or runner_interrupted when a healthy runner was told to stop, never
+	// as the tenant's fault, so GitLab's retry rule may run it again.
 	JobSystemFailure JobResult = "SystemFailure"
 	// JobTimedOut: the job ran past its timeout or maxJobDuration.
 	JobTimedOut JobResult = "TimedOut"

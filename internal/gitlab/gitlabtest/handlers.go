@@ -148,6 +148,7 @@ func (s *Server) updateJob(w http.ResponseWriter, r *http.Request) {
 	}
 	switch req.State {
 	case gitlab.StateRunning:
+		j.touchedAt = s.clk.Now()
 	case gitlab.StateSuccess, gitlab.StateFailed:
 		s.finish(j, req.State, req.FailureReason, req.ExitCode, req.Output)
 	default:
@@ -202,6 +203,7 @@ func (s *Server) patchTrace(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	j.trace = append(j.trace, body...)
+	j.touchedAt = s.clk.Now()
 	size, state, interval := int64(len(j.trace)), j.state, s.traceInterval
 	s.mu.Unlock()
 	w.Header().Set("Job-Status", string(state))

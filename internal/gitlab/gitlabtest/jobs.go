@@ -50,6 +50,9 @@ type job struct {
 	queuedAt      time.Time
 	startedAt     time.Time
 	finishedAt    time.Time
+	// touchedAt is the job's updated_at as the reaper reads it: when it
+	// was picked, or last took a trace patch or an update.
+	touchedAt time.Time
 }
 
 // build is a job of the pipeline and its attempts.
@@ -179,6 +182,7 @@ func (s *Server) snapshot(j *job) Job {
 func (s *Server) Jobs() []Job {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.reap()
 	out := make([]Job, 0, len(s.jobOrder))
 	for _, id := range s.jobOrder {
 		out = append(out, s.snapshot(s.jobs[id]))
@@ -190,6 +194,7 @@ func (s *Server) Jobs() []Job {
 func (s *Server) Job(id int64) (Job, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.reap()
 	j, ok := s.jobs[id]
 	if !ok {
 		return Job{}, false
@@ -216,6 +221,7 @@ func (b Build) Attempts() int { return len(b.JobIDs) }
 func (s *Server) Builds() []Build {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.reap()
 	out := make([]Build, 0, len(s.buildOrder))
 	for _, id := range s.buildOrder {
 		b := s.builds[id]
@@ -245,6 +251,7 @@ func (s *Server) pick(r *runner, systemID string) *job {
 		j.runnerID = r.id
 		j.systemID = systemID
 		j.startedAt = s.clk.Now()
+		j.touchedAt = j.startedAt
 		s.queueVersion++
 		return j
 	}
@@ -336,6 +343,23 @@ func (s *Server) finish(j *job, state gitlab.JobState, reason gitlab.FailureReas
 	if autoRetryAllowed(b.spec.Retry, j.failureReason, exitCode, j.attempt-1) {
 		j.retried = true
 		s.enqueueAttempt(b, j.attempt+1)
+	}
+}
+
+// reap is GitLab's stuck-jobs worker: it fails each running job untouched
+// for staleAfter as stuck_or_timeout_failure, which GitLab's auto-retry
+// may then retry. GitLab runs it on a schedule; the fake runs it on every
+// request and accessor, so a test sees the rule at the clock's time.
+// Callers hold mu.
+func (s *Server) reap() {
+	if s.staleAfter <= 0 {
+		return
+	}
+	now := s.clk.Now()
+	for _, id := range s.jobOrder {
+		if j := s.jobs[id]; j.state == gitlab.StateRunning && now.Sub(j.touchedAt) >= s.staleAfter {
+			s.finish(j, gitlab.StateFailed, gitlab.FailureStuckOrTimeout, 0, gitlab.JobTraceOutput{})
+		}
 	}
 }
 

@@ -6,7 +6,9 @@
 // queue of jobs matched to runners by tag, each job's state and trace, and
 // GitLab's auto-retry rule: a job that fails for a reason its retry:when
 // lists is re-enqueued as a new job id of the same build, at most retry:max
-// times. It checks Content-Range offsets byte for byte as GitLab does and
+// times; and GitLab's stuck-jobs reaper: a running job untouched (no trace
+// patch, no update) for StaleJobTimeout fails as stuck_or_timeout_failure,
+// on the server's clock. It checks Content-Range offsets byte for byte as GitLab does and
 // answers 416 with the length it holds.
 //
 // Its server also serves the fake's own admin API under AdminPrefix
@@ -39,6 +41,11 @@ import (
 // GitLab's default project timeout.
 const DefaultJobTimeout = time.Hour
 
+// StaleJobTimeout is how long a running job may go untouched (no trace
+// patch, no update) before GitLab drops it as stuck_or_timeout_failure
+// (Ci::StuckBuilds::DropRunningService, BUILD_RUNNING_OUTDATED_TIMEOUT).
+const StaleJobTimeout = time.Hour
+
 // Cleanuper is what NewServer needs of a test to close the server at its
 // end: testing.TB and Ginkgo's GinkgoT() both have it.
 type Cleanuper interface {
@@ -62,12 +69,17 @@ func WithTraceUpdateInterval(seconds int) Option {
 	return func(s *Server) { s.traceInterval = seconds }
 }
 
+// WithStaleJobTimeout sets how long a running job may go untouched
+// before the reaper fails it; StaleJobTimeout by default, 0 for never.
+func WithStaleJobTimeout(d time.Duration) Option { return func(s *Server) { s.staleAfter = d } }
+
 // Server is a fake GitLab. Create it with NewServer.
 type Server struct {
 	srv           *httptest.Server
 	plain         bool
 	clk           clock.PassiveClock
 	traceInterval int
+	staleAfter    time.Duration
 	closeOnce     sync.Once
 	closed        chan struct{}
 
@@ -94,6 +106,7 @@ func NewServer(c Cleanuper, opts ...Option) *Server {
 	s := &Server{
 		clk:           clock.RealClock{},
 		traceInterval: 3,
+		staleAfter:    StaleJobTimeout,
 		closed:        make(chan struct{}),
 		runners:       map[string]*runner{},
 		managers:      map[managerKey]*Manager{},
@@ -331,6 +344,7 @@ func (s *Server) ClearFault(endpoint string) {
 func (s *Server) endpoint(name string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
+		s.reap()
 		s.counts[name]++
 		var f *Fault
 		if fs := s.faults[name]; fs != nil {

@@ -303,6 +303,8 @@ func TestJudge(t *testing.T) {
 			rt: running(&computev1alpha1.GuestJob{Phase: computev1alpha1.JobFailed, ID: 1, FailureReason: "script_failure"}, computev1alpha1.VMRunning), result: workloadsv1alpha1.JobFailed, ends: true},
 		{name: "a guest's runner_system_failure is a system failure",
 			rt: running(&computev1alpha1.GuestJob{Phase: computev1alpha1.JobFailed, ID: 1, FailureReason: "runner_system_failure"}, computev1alpha1.VMRunning), result: workloadsv1alpha1.JobSystemFailure, ends: true},
+		{name: "a guest's runner_interrupted is a system failure, not the tenant's",
+			rt: running(&computev1alpha1.GuestJob{Phase: computev1alpha1.JobFailed, ID: 1, FailureReason: "runner_interrupted"}, computev1alpha1.VMRunning), result: workloadsv1alpha1.JobSystemFailure, ends: true},
 		{name: "a guest that ended without a job is replaced, with no record",
 			rt: running(&computev1alpha1.GuestJob{Phase: computev1alpha1.JobFailed, FailureReason: "runner_token_rejected"}, computev1alpha1.VMRunning), ends: true},
 		{name: "a VM that failed to start on a healthy chassis is replaced",

@@ -482,8 +482,11 @@ func (r *Reconciler) judge(s *scope, inst *computev1alpha1.MacOSInstance, maxJob
 // GitLab's failure reasons that MacRack sets itself.
 const (
 	failureRunnerSystem = "runner_system_failure"
-	failureTimeout      = "job_execution_timeout"
-	failureScript       = "script_failure"
+	// failureInterrupted is the runner told to stop under the job, not the
+	// tenant's failure: counted with system failures.
+	failureInterrupted = "runner_interrupted"
+	failureTimeout     = "job_execution_timeout"
+	failureScript      = "script_failure"
 )
 
 // record turns a guest's job report into a history record.
@@ -495,7 +498,7 @@ func record(inst *computev1alpha1.MacOSInstance, job *computev1alpha1.GuestJob, 
 	switch {
 	case job.Phase == computev1alpha1.JobSucceeded:
 		rec.Result = workloadsv1alpha1.JobSucceeded
-	case job.FailureReason == failureRunnerSystem:
+	case job.FailureReason == failureRunnerSystem || job.FailureReason == failureInterrupted:
 		rec.Result = workloadsv1alpha1.JobSystemFailure
 	case job.FailureReason == failureTimeout:
 		rec.Result = workloadsv1alpha1.JobTimedOut

@@ -17,10 +17,22 @@ const (
 	// DefaultTraceInterval is how often the trace is sent until GitLab's
 	// X-GitLab-Trace-Update-Interval says otherwise.
 	DefaultTraceInterval = time.Second
+	// DefaultKeepAliveInterval is gitlab-runner's MinTraceForceSendInterval
+	// (common/consts.go): a job that sent nothing for longer is touched
+	// with a running update, since GitLab fails a running job untouched
+	// for an hour as stuck_or_timeout_failure.
+	DefaultKeepAliveInterval = 30 * time.Second
 	// DefaultFinalUpdateTimeout bounds the last trace patches and the
-	// final PUT, so that an aborted job is reported, or given up on, in
-	// bounded time.
+	// final PUT once RunOne's ctx has ended: the VM is going away, so an
+	// aborted job is reported, or given up on, in bounded time.
 	DefaultFinalUpdateTimeout = 30 * time.Second
+	// DefaultFinalUpdateRetries and DefaultFinalUpdateBackoffMax are
+	// gitlab-runner's DefaultFinalUpdateRetryLimit and
+	// DefaultfinalUpdateBackoffMax (common/consts.go): the final update is
+	// tried 10 times, waiting 1 s, 2 s, 4 s… capped at 60 min between
+	// tries (network/trace.go finishWithFinalUpdate).
+	DefaultFinalUpdateRetries    = 10
+	DefaultFinalUpdateBackoffMax = 60 * time.Minute
 	// DefaultAbortGrace is how long a cancelled executor may take to stop
 	// before the job is reported without it.
 	DefaultAbortGrace = 5 * time.Second
@@ -56,9 +68,19 @@ type Config struct {
 	// DefaultTraceInterval if zero. GitLab's X-GitLab-Trace-Update-Interval
 	// replaces it once it answers, as in gitlab-runner.
 	TraceInterval time.Duration
-	// FinalUpdateTimeout bounds reporting the job's end, even after ctx
-	// ended; DefaultFinalUpdateTimeout if zero.
+	// KeepAliveInterval is how long the job may send nothing before a
+	// running update touches it; DefaultKeepAliveInterval if zero.
+	KeepAliveInterval time.Duration
+	// FinalUpdateTimeout bounds reporting the job's end once ctx has
+	// ended; DefaultFinalUpdateTimeout if zero. Until then the final update
+	// is retried as gitlab-runner retries it, with no overall bound.
 	FinalUpdateTimeout time.Duration
+	// FinalUpdateRetries is how many times the final update is tried;
+	// DefaultFinalUpdateRetries if zero.
+	FinalUpdateRetries int
+	// FinalUpdateBackoffMax caps the doubling wait between final update
+	// tries; DefaultFinalUpdateBackoffMax if zero.
+	FinalUpdateBackoffMax time.Duration
 	// AbortGrace bounds the wait for a cancelled executor to stop;
 	// DefaultAbortGrace if zero.
 	AbortGrace time.Duration
@@ -93,7 +115,8 @@ func (c Config) withDefaults() (Config, error) {
 	case c.SystemID == "":
 		return c, fmt.Errorf("%w: no system id", ErrInvalidConfig)
 	case c.MaxJobDuration < 0 || c.PollInterval < 0 || c.WaitTimeout < 0 || c.TraceInterval < 0 ||
-		c.FinalUpdateTimeout < 0 || c.AbortGrace < 0:
+		c.KeepAliveInterval < 0 || c.FinalUpdateTimeout < 0 || c.FinalUpdateRetries < 0 ||
+		c.FinalUpdateBackoffMax < 0 || c.AbortGrace < 0:
 		return c, fmt.Errorf("%w: a negative duration", ErrInvalidConfig)
 	}
 	if c.PollInterval == 0 {
@@ -102,8 +125,17 @@ func (c Config) withDefaults() (Config, error) {
 	if c.TraceInterval == 0 {
 		c.TraceInterval = DefaultTraceInterval
 	}
+	if c.KeepAliveInterval == 0 {
+		c.KeepAliveInterval = DefaultKeepAliveInterval
+	}
 	if c.FinalUpdateTimeout == 0 {
 		c.FinalUpdateTimeout = DefaultFinalUpdateTimeout
+	}
+	if c.FinalUpdateRetries == 0 {
+		c.FinalUpdateRetries = DefaultFinalUpdateRetries
+	}
+	if c.FinalUpdateBackoffMax == 0 {
+		c.FinalUpdateBackoffMax = DefaultFinalUpdateBackoffMax
 	}
 	if c.AbortGrace == 0 {
 		c.AbortGrace = DefaultAbortGrace
@@ -124,10 +156,15 @@ func (c Config) jobTimeout(seconds int) time.Duration {
 }
 
 // runnerInfo is what the loop tells GitLab about itself. It declares only
-// what it does: no images, services, artifacts or caches, so GitLab fails
-// a job needing them with runner_unsupported rather than handing it over;
-// and not two_phase_job_commit, so GitLab marks the job running when it
-// hands it out.
+// what it does. GitLab does not refuse a job for needing images,
+// services, artifacts or caches: it checks only its own fixed list of
+// required features (Ci::Build#supported_runner? over
+// runner_required_feature_names, such as multi_build_steps or
+// return_exit_code), and fails a job needing one the runner lacks with
+// runner_unsupported; anything else the job asks is the runner's to do or
+// to ignore, as a shell runner ignores image:. It leaves out
+// two_phase_job_commit, so GitLab marks the job running when it hands it
+// out.
 func runnerInfo(executor string) gitlab.RunnerInfo {
 	return gitlab.RunnerInfo{
 		Name:         "macrack-jobloop",

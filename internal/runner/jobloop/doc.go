@@ -8,10 +8,13 @@
 // incremental PATCHes, and PUTs the final state. It speaks the same wire
 // protocol as gitlab-runner (package gitlab) and follows its rules: the
 // poll interval is check_interval's 3 s, a 416 resends from GitLab's
-// offset, a 202 on the final update is sent again after
-// X-GitLab-Trace-Update-Interval, and a job the VM is stopped under is
-// reported runner_system_failure, which a retry: when:
-// runner_system_failure then retries on another VM.
+// offset, a job silent for 30 s is touched with a running update, the
+// final update is tried 10 times with a backoff capped at 60 min, a 202
+// on it is sent again after X-GitLab-Trace-Update-Interval, and a job the
+// VM is stopped under is
+// reported runner_system_failure (its host failed) or runner_interrupted
+// (the runner was told to stop; unknown_failure where GitLab does not
+// list it), which a retry: when: then retries on another VM.
 //
 // RunProcess is the loop on a real Mac: gitlab-runner run-single
 // --max-builds 1 does the requesting, running and reporting itself, and

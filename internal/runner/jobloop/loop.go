@@ -1,10 +1,12 @@
 package jobloop
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -24,6 +26,9 @@ const maxPatchTries = 5
 var (
 	errJobTimeout   = errors.New("job timeout")
 	errExecutorHung = errors.New("executor did not stop after the job was cancelled")
+	// errFinalUpdateTimeout ends the final update FinalUpdateTimeout
+	// after RunOne's ctx ended.
+	errFinalUpdateTimeout = errors.New("final update timeout")
 )
 
 // RunOne takes exactly one job and runs it with exec, then returns its
@@ -40,9 +45,11 @@ var (
 // success, or failed with script_failure and the exit code, or
 // job_execution_timeout when the job's timeout (bounded by
 // cfg.MaxJobDuration) passes. A ctx cancelled while the job runs (give it
-// a cause such as ErrSystemShutdown with context.WithCancelCause) stops
-// the job and reports it runner_system_failure, never a script failure,
-// within cfg.AbortGrace plus cfg.FinalUpdateTimeout; RunOne then returns
+// a cause with context.WithCancelCause) stops the job and reports it
+// runner_interrupted if the cause wraps ErrInterrupted (unknown_failure
+// where GitLab does not list that reason), else runner_system_failure;
+// never a script failure,
+// within cfg.AbortGrace plus cfg.FinalUpdateTimeout on clk; RunOne then returns
 // the Failed state and an error wrapping the cause.
 func RunOne(ctx context.Context, cfg Config, exec Executor, clk clock.Clock, log logr.Logger, onState func(State)) (State, error) {
 	cfg, err := cfg.withDefaults()
@@ -184,7 +191,7 @@ func (l *loop) run(ctx context.Context, job *gitlab.JobResponse) (State, error) 
 
 	tr := newTrace(traceLimit, secretsOf(job, l.cfg.Token)...)
 	fmt.Fprintf(tr, "Running with macrack jobloop, system ID: %s\n", l.cfg.SystemID)
-	s := &streamer{client: l.client, job: job, tr: tr, interval: l.cfg.TraceInterval}
+	s := &streamer{client: l.client, clk: l.clk, job: job, tr: tr, interval: l.cfg.TraceInterval, touched: st.StartedAt}
 
 	jobCtx, cancelJob := context.WithCancelCause(ctx)
 	defer cancelJob(nil)
@@ -222,7 +229,11 @@ func (l *loop) run(ctx context.Context, job *gitlab.JobResponse) (State, error) 
 		case <-graceC:
 			res, running, stopped = execResult{code: -1, err: errExecutorHung}, false, true
 		case <-tick.C():
-			if err := s.flush(ctx, false); errors.Is(err, ErrJobCanceled) {
+			err := s.flush(ctx, false)
+			if err == nil {
+				err = s.keepAlive(ctx, l.info, l.cfg.KeepAliveInterval)
+			}
+			if errors.Is(err, ErrJobCanceled) {
 				cancelJob(ErrJobCanceled)
 			} else if err != nil && ctx.Err() == nil {
 				log.Info("Sending the trace failed, will retry", "error", err.Error())
@@ -234,8 +245,13 @@ func (l *loop) run(ctx context.Context, job *gitlab.JobResponse) (State, error) 
 	upd := gitlab.JobUpdate{Info: l.info, State: gitlab.StateFailed}
 	var final string
 	var outcome error
+	var reason gitlab.FailureReason // the runner's own, when GitLab may not know it
 	cause := context.Cause(jobCtx)
 	switch {
+	case stopped && ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrInterrupted):
+		reason = gitlab.FailureRunnerInterrupted
+		final = "ERROR: Job failed: aborted: " + context.Cause(ctx).Error()
+		outcome = fmt.Errorf("job %d aborted: %w", job.ID, context.Cause(ctx))
 	case stopped && ctx.Err() != nil:
 		upd.FailureReason = gitlab.FailureRunnerSystem
 		final = "ERROR: Job failed (system failure): aborted: " + context.Cause(ctx).Error()
@@ -257,6 +273,9 @@ func (l *loop) run(ctx context.Context, job *gitlab.JobResponse) (State, error) 
 		upd.State = gitlab.StateSuccess
 		final = "Job succeeded"
 	}
+	if reason != "" {
+		upd.FailureReason = supportedReason(job.Features.FailureReasons, reason)
+	}
 	tr.finish(final)
 
 	st.FinishedAt = l.clk.Now()
@@ -264,7 +283,7 @@ func (l *loop) run(ctx context.Context, job *gitlab.JobResponse) (State, error) 
 	if upd.State == gitlab.StateSuccess {
 		st.Phase = PhaseSucceeded
 	}
-	st.FailureReason = string(upd.FailureReason)
+	st.FailureReason = string(cmp.Or(reason, upd.FailureReason))
 	if errors.Is(outcome, ErrJobCanceled) {
 		st.FailureReason = FailureJobCanceled
 	}
@@ -273,8 +292,18 @@ func (l *loop) run(ctx context.Context, job *gitlab.JobResponse) (State, error) 
 		st.ExitCode = &code
 	}
 
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.FinalUpdateTimeout)
-	defer cancel()
+	fctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancel(nil)
+	// Once ctx ends the VM is going away: report within FinalUpdateTimeout.
+	defer context.AfterFunc(ctx, func() {
+		t := l.clk.NewTimer(l.cfg.FinalUpdateTimeout)
+		defer t.Stop()
+		select {
+		case <-t.C():
+			cancel(errFinalUpdateTimeout)
+		case <-fctx.Done():
+		}
+	})()
 	err := l.finalUpdate(fctx, s, upd)
 	if err != nil && errors.Is(outcome, ErrJobCanceled) && errors.Is(err, ErrJobCanceled) {
 		err = nil // GitLab already knows: it cancelled the job.
@@ -284,50 +313,104 @@ func (l *loop) run(ctx context.Context, job *gitlab.JobResponse) (State, error) 
 	return l.state.clone(), errors.Join(outcome, err)
 }
 
+// alwaysSupported are the failure reasons every GitLab takes
+// (gitlab-runner's alwaysSupportedFailureReasons, common/network.go).
+var alwaysSupported = []gitlab.FailureReason{gitlab.FailureScript, gitlab.FailureRunnerSystem, gitlab.FailureJobExecutionTimeout}
+
+// supportedReason is gitlab-runner's failureReasonMapper: reason if GitLab
+// lists it in the job's features.failure_reasons or takes it always, else
+// unknown_failure (no reason the loop sends has an older equivalent).
+func supportedReason(listed []gitlab.FailureReason, reason gitlab.FailureReason) gitlab.FailureReason {
+	if slices.Contains(listed, reason) || slices.Contains(alwaysSupported, reason) {
+		return reason
+	}
+	return gitlab.FailureUnknown
+}
+
 // finalUpdate sends the rest of the trace and the final state, as
-// gitlab-runner's finalUpdate loop does: again after GitLab's interval on
-// a 202, from offset 0 on a 412, and after a failure again after
-// cfg.TraceInterval (gitlab-runner too drops back to its default interval
-// here, rather than GitLab's 60 s for an unwatched job), until ctx ends.
+// gitlab-runner's finishWithFinalUpdate does: up to cfg.FinalUpdateRetries
+// tries, waiting finalUpdateBackoff between them. It gives up at once when
+// GitLab no longer lets the runner work on the job (wrapping
+// ErrJobCanceled), on another 4xx, or when ctx ends.
 func (l *loop) finalUpdate(ctx context.Context, s *streamer, upd gitlab.JobUpdate) error {
-	var last error
-	for {
-		wait := l.cfg.TraceInterval
-		err := s.flush(ctx, true)
-		if err == nil {
-			upd.Output = s.tr.output()
-			var res gitlab.UpdateResult
-			res, err = l.client.UpdateJob(ctx, s.job.ID, s.job.Token, upd)
-			switch {
-			case err == nil && !res.Accepted:
-				return nil
-			case err == nil:
-				if res.UpdateInterval > 0 {
-					wait = res.UpdateInterval
-				}
-				err = errors.New("GitLab accepted the final state but has not applied it yet")
-			case errors.Is(err, gitlab.ErrTraceValidation):
-				s.sent = 0
-			case errors.Is(err, gitlab.ErrForbidden) || errors.Is(err, gitlab.ErrNotFound):
-				return fmt.Errorf("%w: %w: %w", ErrFinalUpdate, ErrJobCanceled, err)
-			}
-		} else if errors.Is(err, ErrJobCanceled) {
+	for try := 1; ; try++ {
+		err := l.sendFinal(ctx, s, upd)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, ErrJobCanceled):
 			return fmt.Errorf("%w: %w", ErrFinalUpdate, err)
+		case ctx.Err() != nil:
+			return fmt.Errorf("%w: %w: %w", ErrFinalUpdate, context.Cause(ctx), err)
+		case permanent(err):
+			return fmt.Errorf("%w: %w", ErrFinalUpdate, err)
+		case try >= l.cfg.FinalUpdateRetries:
+			return fmt.Errorf("%w after %d tries: %w", ErrFinalUpdate, try, err)
 		}
-		last = err
-		if ctx.Err() != nil || !l.sleep(ctx, wait) {
-			return fmt.Errorf("%w within the final update timeout: %w", ErrFinalUpdate, last)
+		wait := finalUpdateBackoff(try, l.cfg.FinalUpdateBackoffMax)
+		l.log.Info("Sending the job's final state failed, retrying", "jobID", s.job.ID, "error", err.Error(), "retryIn", wait.String())
+		if !l.sleep(ctx, wait) {
+			return fmt.Errorf("%w: %w: %w", ErrFinalUpdate, context.Cause(ctx), err)
 		}
 	}
 }
 
-// streamer sends a job's trace incrementally.
+// finalUpdateBackoff is the wait after the given failed try: 1 s doubling,
+// capped at max, as gitlab-runner's retry backoff (jpillora/backoff with
+// Min 1 s, Factor 2) waits.
+func finalUpdateBackoff(try int, max time.Duration) time.Duration {
+	if try < 1 {
+		try = 1
+	}
+	if try > 40 { // past any cap, and before the shift overflows
+		return max
+	}
+	return min(time.Second<<(try-1), max)
+}
+
+// sendFinal is one try, gitlab-runner's finalUpdate: send the rest of the
+// trace, then the state; again after GitLab's interval on a 202, and from
+// offset 0 on a 412 (gitlab-runner too drops back to its default interval
+// here, rather than GitLab's 60 s for an unwatched job). It fails on any
+// other error.
+func (l *loop) sendFinal(ctx context.Context, s *streamer, upd gitlab.JobUpdate) error {
+	for {
+		if err := s.flush(ctx, true); err != nil {
+			return err
+		}
+		upd.Output = s.tr.output()
+		res, err := l.client.UpdateJob(ctx, s.job.ID, s.job.Token, upd)
+		wait := l.cfg.TraceInterval
+		switch {
+		case err == nil && !res.Accepted:
+			return nil
+		case err == nil:
+			if res.UpdateInterval > 0 {
+				wait = res.UpdateInterval
+			}
+		case errors.Is(err, gitlab.ErrTraceValidation):
+			s.sent = 0
+		case errors.Is(err, gitlab.ErrForbidden) || errors.Is(err, gitlab.ErrNotFound):
+			return fmt.Errorf("%w: %w", ErrJobCanceled, err)
+		default:
+			return err
+		}
+		if !l.sleep(ctx, wait) {
+			return fmt.Errorf("GitLab accepted the final state but had not applied it: %w", context.Cause(ctx))
+		}
+	}
+}
+
+// streamer sends a job's trace incrementally, and keeps the job alive.
 type streamer struct {
 	client   *gitlab.Client
+	clk      clock.PassiveClock
 	job      *gitlab.JobResponse
 	tr       *traceBuffer
 	sent     int64
 	interval time.Duration
+	// touched is when GitLab last took a patch or an update of the job.
+	touched time.Time
 }
 
 // flush sends what is not sent yet, following GitLab's offset after a
@@ -351,6 +434,7 @@ func (s *streamer) flush(ctx context.Context, all bool) error {
 			return err
 		}
 		s.sent = res.Offset
+		s.touched = s.clk.Now()
 		if res.UpdateInterval > 0 {
 			s.interval = res.UpdateInterval
 		}
@@ -361,6 +445,35 @@ func (s *streamer) flush(ctx context.Context, all bool) error {
 	}
 	if all && s.sent < s.tr.size() {
 		return fmt.Errorf("trace not all sent after %d patches", maxPatchTries)
+	}
+	return nil
+}
+
+// keepAlive touches the job with a running update when nothing reached
+// GitLab for longer than every, as gitlab-runner's touchJob does after
+// each incremental update: GitLab fails a job untouched for an hour, and
+// the answer is also how a silent job learns it was cancelled. It wraps
+// ErrJobCanceled when GitLab no longer lets the runner work on the job.
+func (s *streamer) keepAlive(ctx context.Context, info gitlab.RunnerInfo, every time.Duration) error {
+	if s.clk.Since(s.touched) <= every {
+		return nil
+	}
+	res, err := s.client.UpdateJob(ctx, s.job.ID, s.job.Token, gitlab.JobUpdate{
+		Info: info, State: gitlab.StateRunning, Output: s.tr.output(),
+	})
+	switch {
+	case errors.Is(err, gitlab.ErrForbidden) || errors.Is(err, gitlab.ErrNotFound):
+		return fmt.Errorf("%w: %w", ErrJobCanceled, err)
+	case err != nil:
+		return err
+	}
+	s.touched = s.clk.Now()
+	if res.UpdateInterval > 0 {
+		s.interval = res.UpdateInterval
+	}
+	switch res.JobStatus {
+	case gitlab.StateCanceling, gitlab.StateCanceled, gitlab.StateFailed:
+		return fmt.Errorf("%w: GitLab says the job is %s", ErrJobCanceled, res.JobStatus)
 	}
 	return nil
 }

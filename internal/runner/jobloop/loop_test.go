@@ -312,19 +312,31 @@ func TestA202OnTheFinalUpdateIsSentAgainAfterGitLabsInterval(t *testing.T) {
 	}
 }
 
-func TestAFinalUpdateGitLabNeverTakesIsGivenUpInBoundedTime(t *testing.T) {
+func TestAFinalUpdateGitLabNeverTakesIsGivenUpInBoundedTimeAfterAnAbort(t *testing.T) {
 	e := newEnv(t)
-	e.cfg.FinalUpdateTimeout = 200 * time.Millisecond
-	e.gl.EnqueueJob(gitlabtest.JobSpec{Script: []string{"echo hi"}})
+	e.cfg.FinalUpdateTimeout = 30 * time.Second
+	e.gl.EnqueueJob(gitlabtest.JobSpec{Script: []string{"echo hi", "sleep 1h"}})
 	e.gl.SetFault(gitlab.EndpointUpdateJob, gitlabtest.Fault{Stall: time.Minute})
-	began := time.Now()
-	out, _ := e.start(context.Background(), SimExecutor{}, nil)
-	r := e.await(out)
-	if !errors.Is(r.err, ErrFinalUpdate) || time.Since(began) > 3*time.Second {
-		t.Fatalf("got %v after %s", r.err, time.Since(began))
+	clk := clocktesting.NewFakeClock(epoch)
+	ctx, abort := context.WithCancelCause(context.Background())
+	out, states := e.start(ctx, SimExecutor{Clock: clk}, clk)
+	e.awaitPhase(states, PhaseRunning)
+	eventually(t, "the job sleeps", func() bool { return clk.Waiters() == 3 })
+	abort(ErrSystemShutdown)
+	eventually(t, "the final update stalls", func() bool { return e.gl.Requests(gitlab.EndpointUpdateJob) == 1 })
+	// The deadline, the trace tick, the abort grace and the final update's
+	// bound.
+	eventually(t, "the loop bounds the final update", func() bool { return clk.Waiters() == 4 })
+	clk.Step(29 * time.Second)
+	select {
+	case r := <-out:
+		t.Fatalf("gave up a second early: %+v %v", r.state, r.err)
+	case <-time.After(20 * time.Millisecond):
 	}
-	if r.state.Phase != PhaseSucceeded {
-		t.Fatalf("the job itself succeeded: %+v", r.state)
+	clk.Step(time.Second)
+	r := e.await(out)
+	if !errors.Is(r.err, ErrFinalUpdate) || !errors.Is(r.err, ErrSystemShutdown) || r.state.Phase != PhaseFailed {
+		t.Fatalf("got %+v %v", r.state, r.err)
 	}
 }
 

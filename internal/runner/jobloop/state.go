@@ -21,9 +21,11 @@ type State struct {
 	JobID      int64     `json:"jobID,omitempty"`
 	StartedAt  time.Time `json:"startedAt,omitzero"`
 	FinishedAt time.Time `json:"finishedAt,omitzero"`
-	// FailureReason is the failure_reason sent to GitLab, such as
-	// script_failure, job_execution_timeout or runner_system_failure; or
-	// job_canceled when GitLab cancelled the job (nothing is sent then).
+	// FailureReason is the runner's failure reason, such as
+	// script_failure, job_execution_timeout, runner_system_failure or
+	// runner_interrupted (sent as unknown_failure to a GitLab that does
+	// not list it); or job_canceled when GitLab cancelled the job
+	// (nothing is sent then).
 	FailureReason string `json:"failureReason,omitempty"`
 	// ExitCode is the script's exit code when it ran to one.
 	ExitCode *int32 `json:"exitCode,omitempty"`
