@@ -459,7 +459,7 @@ func (r *Instances) stop(ctx context.Context, uid string) error {
 	if !ok {
 		return nil
 	}
-	r.stopJob(ctx, r.Log, uid)
+	r.stopJob(ctx, r.Log, uid, false)
 	if c, err := helper.Dial(ctx, sock); err == nil {
 		_ = c.Stop(ctx, r.StopGrace)
 		c.Close()
@@ -474,9 +474,9 @@ func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *compute
 	}
 	uid := string(inst.UID)
 	// Gently, as a quarantine does: the VM's job, if one runs, is
-	// reported as the system's failure before the VM goes, rather than
-	// left running in the CI system; then the guest is asked.
-	r.stopJob(ctx, log, uid)
+	// reported interrupted before the VM goes, rather than left running
+	// in the CI system; then the guest is asked.
+	r.stopJob(ctx, log, uid, true)
 	method, err := r.stopGracefully(ctx, log, uid)
 	if err != nil {
 		return fmt.Errorf("stopping %s: %w", uid, err)

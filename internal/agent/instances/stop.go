@@ -113,7 +113,7 @@ func (r *Instances) stopGracefully(ctx context.Context, log logr.Logger, uid str
 // then is the VM forced off. The whole takes at most about StopGrace.
 func (r *Instances) stopVM(ctx context.Context, log logr.Logger, uid, sock string) (computev1alpha1.StopMethod, error) {
 	log = log.WithValues("instanceUID", uid)
-	r.stopJob(ctx, log, uid)
+	r.stopJob(ctx, log, uid, false)
 	dctx, cancel := context.WithTimeout(ctx, helperAnswerTimeout)
 	c, err := helper.Dial(dctx, sock)
 	cancel()
@@ -223,15 +223,15 @@ func (r *Instances) waitStopped(ctx context.Context, c *helper.Client, d time.Du
 }
 
 // stopJob ends the VM's job, if one runs, before the VM goes: GitLab hears
-// of it as the system's failure, from the host, rather than never. It gets
-// half of StopGrace.
-func (r *Instances) stopJob(ctx context.Context, log logr.Logger, uid string) {
+// of it from the host, rather than never, as the system's failure or,
+// interrupted, as runner_interrupted. It gets half of StopGrace.
+func (r *Instances) stopJob(ctx context.Context, log logr.Logger, uid string, interrupted bool) {
 	if !r.Jobs.Holds(types.UID(uid)) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.StopGrace/2)
 	defer cancel()
-	if err := r.Jobs.Stop(ctx, types.UID(uid)); err != nil {
+	if err := r.Jobs.Stop(ctx, types.UID(uid), interrupted); err != nil {
 		log.Info("The VM's job did not report in time; the VM goes down all the same", "error", err.Error())
 	}
 }

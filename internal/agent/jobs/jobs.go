@@ -105,12 +105,17 @@ func (r *Runners) Status(uid types.UID) (configured bool, job *guest.JobReport) 
 func (r *Runners) Holds(uid types.UID) bool { return r.get(uid) != nil }
 
 // Stop ends the VM's job before its VM goes down, within ctx: a job that
-// runs is reported to GitLab as the system's failure. Its last status
-// stays until Forget.
-func (r *Runners) Stop(ctx context.Context, uid types.UID) error {
+// runs is reported to GitLab as the system's failure (a quarantine, a
+// failed VM), or, interrupted, as runner_interrupted (the VM deleted, as
+// a runner scaling down deletes it) where the loop can say so. Its last
+// status stays until Forget.
+func (r *Runners) Stop(ctx context.Context, uid types.UID, interrupted bool) error {
 	w := r.get(uid)
 	if w == nil {
 		return nil
+	}
+	if i, ok := w.(interface{ Interrupt(context.Context) error }); ok && interrupted {
+		return i.Interrupt(ctx)
 	}
 	return w.Stop(ctx)
 }

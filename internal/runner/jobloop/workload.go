@@ -148,13 +148,23 @@ func report(st State) *guest.JobReport {
 // ErrSystemShutdown, so a job under way is reported to GitLab as
 // runner_system_failure; it returns when the loop has, or when ctx ends.
 func (w *Workload) Stop(ctx context.Context) error {
+	return w.stop(ctx, ErrSystemShutdown)
+}
+
+// Interrupt is Stop for a healthy runner told to stop (its VM deleted, the
+// runner scaled down): a job under way is reported runner_interrupted.
+func (w *Workload) Interrupt(ctx context.Context) error {
+	return w.stop(ctx, ErrInterrupted)
+}
+
+func (w *Workload) stop(ctx context.Context, cause error) error {
 	w.mu.Lock()
 	cancel, done := w.cancel, w.done
 	w.mu.Unlock()
 	if cancel == nil {
 		return nil
 	}
-	cancel(ErrSystemShutdown)
+	cancel(cause)
 	select {
 	case <-done:
 		return nil
