@@ -42,6 +42,9 @@ type ServerOptions struct {
 	Dir string
 	// Log logs requests, never scripts or their output.
 	Log logr.Logger
+
+	// peerUID replaces the system's answer, for tests.
+	peerUID func(*net.UnixConn) (int, error)
 }
 
 // StageServer serves one job's stages on a Unix socket, in a 0700
@@ -89,10 +92,14 @@ func NewStageServer(runner ScriptRunner, opts ServerOptions) (*StageServer, erro
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("listening on the stage socket: %w", err)
 	}
+	peer := opts.peerUID
+	if peer == nil {
+		peer = peerUID
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &StageServer{
 		runner: runner, log: opts.Log, dir: dir, socket: socket,
-		lis:  &sameUIDListener{Listener: lis, log: opts.Log},
+		lis:  &sameUIDListener{Listener: lis, log: opts.Log, peer: peer, uid: os.Getuid()},
 		slot: make(chan struct{}, 1), ctx: ctx, cancel: cancel, served: make(chan struct{}),
 	}
 	mux := http.NewServeMux()
@@ -271,7 +278,9 @@ func (f *flushWriter) close() {
 // sameUIDListener drops connections from other users' processes.
 type sameUIDListener struct {
 	net.Listener
-	log logr.Logger
+	log  logr.Logger
+	peer func(*net.UnixConn) (int, error)
+	uid  int
 }
 
 func (l *sameUIDListener) Accept() (net.Conn, error) {
@@ -284,8 +293,8 @@ func (l *sameUIDListener) Accept() (net.Conn, error) {
 		if !ok {
 			return c, nil
 		}
-		uid, err := peerUID(uc)
-		if errors.Is(err, errPeerUnknown) || (err == nil && uid == os.Getuid()) {
+		uid, err := l.peer(uc)
+		if errors.Is(err, errPeerUnknown) || (err == nil && uid == l.uid) {
 			return c, nil
 		}
 		l.log.Info("Refused a stage connection from another user", "uid", uid, "err", fmt.Sprint(err))
