@@ -1,6 +1,6 @@
 #!/bin/bash
 # Builds the MacRack host package, on a Mac, from signed binaries:
-#   /Library/MacRack/bin/{agent,vm-helper}
+#   /Library/MacRack/bin/{agent,vm-helper,macrack-runner-stage}
 #   /Library/LaunchDaemons/io.macrack.{agent,reboot}.plist
 # with scripts/postinstall, as a product archive an MDM installs.
 #
@@ -16,7 +16,7 @@ if [ $# -lt 3 ] || [ $# -gt 4 ]; then
 fi
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$1 version=$2 out=$3 identity=${4:-}
-for b in agent vm-helper; do
+for b in agent vm-helper macrack-runner-stage; do
 	if [ ! -x "$bin/$b" ]; then
 		echo "$0: $bin/$b is missing or not executable" >&2
 		exit 1
@@ -27,8 +27,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 root="$work/root"
 mkdir -p "$root/Library/MacRack/bin" "$root/Library/LaunchDaemons"
-cp "$bin/agent" "$bin/vm-helper" "$root/Library/MacRack/bin/"
-chmod 0755 "$root/Library/MacRack/bin/agent" "$root/Library/MacRack/bin/vm-helper"
+cp "$bin/agent" "$bin/vm-helper" "$bin/macrack-runner-stage" "$root/Library/MacRack/bin/"
+chmod 0755 "$root/Library/MacRack/bin/agent" "$root/Library/MacRack/bin/vm-helper" \
+	"$root/Library/MacRack/bin/macrack-runner-stage"
 cp "$here/io.macrack.agent.plist" "$here/io.macrack.reboot.plist" "$root/Library/LaunchDaemons/"
 chmod 0644 "$root/Library/LaunchDaemons/"*.plist
 

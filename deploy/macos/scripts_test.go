@@ -232,6 +232,13 @@ func TestBuildPkgStagesTheSignedBinariesAndTheDaemons(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bin, "vm-helper"), []byte("helper"), 0o700); err != nil {
 		t.Fatal(err)
 	}
+	// Nor without the custom executor's stage binary.
+	if msg, err := s.run(t, nil, "build-pkg.sh", bin, "1.2.3", out); err == nil || !strings.Contains(msg, "macrack-runner-stage is missing") {
+		t.Fatalf("build-pkg.sh without macrack-runner-stage: %v: %s", err, msg)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "macrack-runner-stage"), []byte("stage"), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	msg, err := s.run(t, nil, "build-pkg.sh", bin, "1.2.3", out, "Developer ID Installer: Example Corp (TEAMID)")
 	if err != nil {
 		t.Fatalf("build-pkg.sh: %v: %s", err, msg)
@@ -244,6 +251,7 @@ func TestBuildPkgStagesTheSignedBinariesAndTheDaemons(t *testing.T) {
 		"-rw-r--r-- ./Library/LaunchDaemons/io.macrack.agent.plist",
 		"-rw-r--r-- ./Library/LaunchDaemons/io.macrack.reboot.plist",
 		"-rwxr-xr-x ./Library/MacRack/bin/agent",
+		"-rwxr-xr-x ./Library/MacRack/bin/macrack-runner-stage",
 		"-rwxr-xr-x ./Library/MacRack/bin/vm-helper",
 	}
 	var files []string

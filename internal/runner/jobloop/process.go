@@ -61,11 +61,6 @@ func RunProcess(ctx context.Context, cfg Config, binary string, clk clock.Passiv
 	if binary == "" {
 		return State{}, fmt.Errorf("%w: no gitlab-runner binary", ErrInvalidConfig)
 	}
-	if clk == nil {
-		clk = clock.RealClock{}
-	}
-	log = log.WithValues("systemID", cfg.SystemID)
-
 	env := runnerEnv(os.Environ(), cfg)
 	if len(cfg.CABundle) > 0 {
 		f, err := os.CreateTemp("", "macrack-gitlab-ca-*.pem")
@@ -80,14 +75,57 @@ func RunProcess(ctx context.Context, cfg Config, binary string, clk clock.Passiv
 		env = append(env, envCAFile+"="+f.Name())
 	}
 	args := []string{"run-single", "--max-builds", "1", "--executor", "shell", "--url", cfg.URL}
-	if cfg.WaitTimeout > 0 {
-		args = append(args, "--wait-timeout", strconv.Itoa(int(math.Ceil(cfg.WaitTimeout.Seconds()))))
+	args = append(args, WaitTimeoutArgs(cfg)...)
+	return RunCommand(ctx, cfg, Command{Binary: binary, Args: args, Env: env}, clk, log, onState)
+}
+
+// Command is one gitlab-runner process for RunCommand.
+type Command struct {
+	// Binary is gitlab-runner's path.
+	Binary string
+	// Args are its arguments. They must not hold the token: every
+	// process on the machine can read a process's argv.
+	Args []string
+	// Env is its whole environment.
+	Env []string
+}
+
+// WaitTimeoutArgs is run-single's --wait-timeout for cfg.WaitTimeout, in
+// whole seconds rounded up, or nothing when it is zero.
+func WaitTimeoutArgs(cfg Config) []string {
+	if cfg.WaitTimeout <= 0 {
+		return nil
 	}
+	return []string{"--wait-timeout", strconv.Itoa(int(math.Ceil(cfg.WaitTimeout.Seconds())))}
+}
+
+// RunCommand runs a gitlab-runner run-single --max-builds 1 that c
+// describes and follows its log as RunProcess does: the job's id and
+// outcome go to onState, a refused token ends it with ErrRunnerForbidden,
+// and a ctx that ends sends it SIGTERM, then SIGKILL after cfg.AbortGrace
+// plus cfg.FinalUpdateTimeout. cfg.Token is masked in what it logs.
+func RunCommand(ctx context.Context, cfg Config, c Command, clk clock.PassiveClock, log logr.Logger, onState func(State)) (State, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return State{}, err
+	}
+	if c.Binary == "" {
+		return State{}, fmt.Errorf("%w: no gitlab-runner binary", ErrInvalidConfig)
+	}
+	for _, a := range c.Args {
+		if strings.Contains(a, cfg.Token) {
+			return State{}, fmt.Errorf("%w: the runner token is in gitlab-runner's arguments", ErrInvalidConfig)
+		}
+	}
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	log = log.WithValues("systemID", cfg.SystemID)
 
 	procCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	cmd := exec.CommandContext(procCtx, binary, args...)
-	cmd.Env = env
+	cmd := exec.CommandContext(procCtx, c.Binary, c.Args...)
+	cmd.Env = c.Env
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = cfg.AbortGrace + cfg.FinalUpdateTimeout
 	w := &watcher{clk: clk, log: log, token: cfg.Token, onState: onState, stop: stop}
@@ -95,7 +133,7 @@ func RunProcess(ctx context.Context, cfg Config, binary string, clk clock.Passiv
 	cmd.Stdout, cmd.Stderr = lines, lines
 
 	w.set(State{Phase: PhaseWaiting})
-	log.Info("Starting gitlab-runner", "binary", binary)
+	log.Info("Starting gitlab-runner", "binary", c.Binary)
 	runErr := cmd.Run()
 	lines.flush()
 	return w.result(ctx, procCtx, runErr)

@@ -165,3 +165,19 @@ func phaseStrings(ps []Phase) []string {
 	}
 	return out
 }
+
+func TestRunCommandRefusesTheTokenInArgv(t *testing.T) {
+	binary, record := fakeRunner(t, "success")
+	cmd := Command{Binary: binary, Args: []string{"run-single", "--token", runnerToken}, Env: []string{"FAKE_RUNNER_RECORD=" + record, "FAKE_RUNNER_OUTCOME=success"}}
+	if _, err := RunCommand(context.Background(), processConfig(), cmd, nil, (&logBuffer{}).logger(), nil); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("want ErrInvalidConfig, got %v", err)
+	}
+	if _, err := os.Stat(record); !os.IsNotExist(err) {
+		t.Fatalf("gitlab-runner was started: %v", err)
+	}
+	// Positive control: the same command without the token runs.
+	cmd.Args = []string{"run-single"}
+	if st, err := RunCommand(context.Background(), processConfig(), cmd, nil, (&logBuffer{}).logger(), nil); err != nil || st.Phase != PhaseSucceeded {
+		t.Fatalf("state %+v, err %v", st, err)
+	}
+}
