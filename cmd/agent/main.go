@@ -29,6 +29,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
 	"github.com/boualleiguie/macrack-operator/internal/agent/host"
 	"github.com/boualleiguie/macrack-operator/internal/agent/instances"
+	"github.com/boualleiguie/macrack-operator/internal/runner/custom"
 )
 
 func main() {
@@ -36,6 +37,7 @@ func main() {
 		kubeconfig, serial, agentsNS, stateDir, driverName, helperPath, tokenFile string
 		guestKeyFile, managedPrefs                                                string
 		kubeletAddress, kubeletClientCA, kubeletCert, kubeletKey                  string
+		gitlabRunner, runnerStage                                                 string
 		heartbeat, facts, tokenTTL, simRebootTime                                 time.Duration
 		simDisk, simBootArgs, simChip, cacheBudget, registryAuth                  string
 		pullConcurrency                                                           int
@@ -55,6 +57,8 @@ func main() {
 	fs.StringVar(&kubeletClientCA, "kubelet-client-ca-file", "", "The CA of the client certificates the kubelet API accepts: the cluster's, which signs the API server's --kubelet-client-certificate.")
 	fs.StringVar(&kubeletCert, "kubelet-tls-cert-file", "", "The kubelet API's serving certificate; with --kubelet-tls-key-file. Empty: one the cluster signs (a CertificateSigningRequest of macrack.io/kubelet-serving for this Node and the --kubelet-address IP, its key in --state-dir), self-signed until it is issued.")
 	fs.StringVar(&kubeletKey, "kubelet-tls-key-file", "", "The kubelet API's serving key.")
+	fs.StringVar(&gitlabRunner, "gitlab-runner", "", "gitlab-runner (18.1 or later) on this host: a runner VM's job runs with it and the custom executor, the runner token kept here. Empty: the project's own job loop (the sim's).")
+	fs.StringVar(&runnerStage, "runner-stage", "", "macrack-runner-stage, the custom executor's stages; defaults to "+custom.DefaultStageBinary+".")
 	fs.DurationVar(&heartbeat, "heartbeat-interval", 10*time.Second, "How often the heartbeat Lease is renewed.")
 	fs.DurationVar(&facts, "facts-interval", 5*time.Minute, "How often the hardware facts are reported again.")
 	fs.DurationVar(&tokenTTL, "token-ttl", time.Hour, "The lifetime of each token the agent requests for itself.")
@@ -160,6 +164,7 @@ func main() {
 			ImageCacheBudget: budget, PullConcurrency: pullConcurrency, RegistryAuth: auth,
 			Clock: clock.RealClock{}, Log: log, NewMachineID: instances.RandomMachineID,
 			KubeletAddress: kubeletAddress, KubeletClientCAFile: kubeletClientCA, KubeletCertFile: kubeletCert, KubeletKeyFile: kubeletKey,
+			GitLabRunner: gitlabRunner, RunnerStage: runnerStage,
 		})
 		if errors.Is(err, agent.ErrHostRebooted) {
 			return afterReboot(ctx, log, driverName, simRebootTime)

@@ -45,6 +45,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/agent/servingcert"
 	"github.com/boualleiguie/macrack-operator/internal/agent/sessions"
 	"github.com/boualleiguie/macrack-operator/internal/guest"
+	"github.com/boualleiguie/macrack-operator/internal/runner/custom"
 	"github.com/boualleiguie/macrack-operator/internal/runner/jobloop"
 	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
 )
@@ -134,6 +135,11 @@ type Config struct {
 	// JobPoll is how often a runner VM's job loop, which runs here on the
 	// host, asks GitLab for its job; jobloop.DefaultPollInterval if zero.
 	JobPoll time.Duration
+	// GitLabRunner, if set, is gitlab-runner (18.1 or later) on this host:
+	// each runner VM's job runs with it and the custom executor, whose
+	// stages (RunnerStage, custom.DefaultStageBinary if empty) reach the
+	// VM through the agent. The token stays on the host either way.
+	GitLabRunner, RunnerStage string
 	// NewJob, if set, makes each runner VM's job loop in place of the
 	// project's own (jobloop.RunOne, the job's scripts run in the VM
 	// through its exec channel): the fleet simulator's interpreter, say.
@@ -419,6 +425,15 @@ func WithTokenFile(cfg *rest.Config, file string) (*rest.Config, error) {
 func (c Config) jobLoop() jobs.NewWorkload {
 	if c.NewJob != nil {
 		return c.NewJob
+	}
+	if c.GitLabRunner != "" {
+		return func(parent context.Context, vm jobs.VM, log logr.Logger) guest.Workload {
+			return jobloop.NewWorkload(parent, custom.RunFunc(custom.Options{
+				GitLabRunner: c.GitLabRunner, StageBinary: c.RunnerStage,
+				ConfigDir: filepath.Join(c.StateDir, "gitlab-runner"),
+				VM:        vm.Scripts, LoginUser: vm.LoginUser, Hostname: vm.Name, Clock: c.Clock,
+			}, log), log)
+		}
 	}
 	return func(parent context.Context, vm jobs.VM, log logr.Logger) guest.Workload {
 		return jobloop.NewWorkload(parent, func(ctx context.Context, cfg jobloop.Config, onState func(jobloop.State)) (jobloop.State, error) {

@@ -15,8 +15,8 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
 	"github.com/boualleiguie/macrack-operator/internal/agent/jobs"
-	"github.com/boualleiguie/macrack-operator/internal/guest"
 	"github.com/boualleiguie/macrack-operator/internal/gitlab"
+	"github.com/boualleiguie/macrack-operator/internal/guest"
 	"github.com/boualleiguie/macrack-operator/internal/sealing"
 )
 
@@ -80,7 +80,7 @@ func (r *Instances) tendGuest(ctx context.Context, log logr.Logger, c *helper.Cl
 	rep.Configured, rep.Job = r.Jobs.Status(inst.UID)
 	w := guestWord{report: &rep}
 	if owesConfig(inst, rep) {
-		w.config, w.message = r.configureJob(ctx, log, ack, inst)
+		w.config, w.message = r.configureJob(ctx, log, ack, inst, img)
 		rep.Configured, rep.Job = r.Jobs.Status(inst.UID)
 	} else if lost := lostJob(inst, r.Jobs); lost != nil {
 		rep.Job = lost
@@ -119,7 +119,8 @@ func owesConfig(inst *computev1alpha1.MacOSInstance, rep guest.Report) bool {
 // status (nil for no change) and a message for status.runtime.message.
 // The plaintext lives only for the call: it is never logged, stored or
 // reported, and is cleared once taken.
-func (r *Instances) configureJob(ctx context.Context, log logr.Logger, ack guest.HelloAck, inst *computev1alpha1.MacOSInstance) (*computev1alpha1.GuestConfigStatus, string) {
+func (r *Instances) configureJob(ctx context.Context, log logr.Logger, ack guest.HelloAck, inst *computev1alpha1.MacOSInstance,
+	img *fleetv1alpha1.MacOSImage) (*computev1alpha1.GuestConfigStatus, string) {
 	key := client.ObjectKeyFromObject(inst)
 	sealed := *inst.Spec.GuestConfig
 	if !guest.KnowsSession(ack.ProtocolVersion) {
@@ -136,7 +137,8 @@ func (r *Instances) configureJob(ctx context.Context, log logr.Logger, ack guest
 			"keyID", sealed.KeyID, "chassisKeyID", r.guestKeyID(), "reason", st.Message)
 		return st, ""
 	}
-	err = r.Jobs.Configure(ctx, jobs.VM{Namespace: inst.Namespace, Name: inst.Name, UID: inst.UID, Scripts: r.Scripts(inst)}, plain)
+	err = r.Jobs.Configure(ctx, jobs.VM{Namespace: inst.Namespace, Name: inst.Name, UID: inst.UID,
+		LoginUser: img.Spec.LoginUserOrDefault(), Scripts: r.Scripts(inst)}, plain)
 	clear(plain)
 	if err != nil {
 		// The error never quotes the config: ParseConfig and the loop

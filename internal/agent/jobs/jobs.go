@@ -34,6 +34,8 @@ type VM struct {
 	// Namespace and Name are its instance's.
 	Namespace, Name string
 	UID             types.UID
+	// LoginUser is its image's login user, whom the scripts run as.
+	LoginUser string
 	// Scripts runs the job's scripts in it.
 	Scripts ScriptRunner
 }
