@@ -9,5 +9,5 @@ import "embed"
 // (<area>/<rule>.cel.yaml), the conftest entry point, and bundle.yaml, the
 // bundle's serial.
 //
-//go:embed lib lease tenancy instance node quota quarantine agent audit pod conftest bundle.yaml
+//go:embed lib lease tenancy instance node quota quarantine agent audit pod runner conftest bundle.yaml
 var FS embed.FS

@@ -3,6 +3,7 @@ package main
 
 import (
 	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -56,6 +57,7 @@ type options struct {
 	auditSink               string
 	clusterName             string
 	gitlabAllowedHosts      string
+	production              bool
 	kubeletServingCACert    string
 	kubeletServingCAKey     string
 }
@@ -96,7 +98,9 @@ func main() {
 		"Where the audit and billing stream goes: nats://host:port[?stream=NAME&replicas=N&creds=FILE] (JetStream; MacRack creates its stream), http(s)://url (CloudEvents over HTTP), or stdout (JSON lines).")
 	fs.StringVar(&opts.clusterName, "cluster-name", "default", "This cluster's name in the audit records' source, macrack://<cluster>/<controller>.")
 	fs.StringVar(&opts.gitlabAllowedHosts, "gitlab-allowed-hosts", "",
-		"Comma-separated GitLab hosts GitLabRunners may name (exact, or *.example.com): the operator calls them to verify and unregister runners. Empty: any.")
+		"Comma-separated GitLab hosts GitLabRunners may name (exact, or *.example.com): the operator sends runner tokens to them only, to verify and unregister runners. Empty: any host, which --production refuses.")
+	fs.BoolVar(&opts.production, "production", false,
+		"Production mode: refuse to start with a setting only a development cluster may use, today an empty --gitlab-allowed-hosts (a GitLabRunner could then send its token to any host). The bundle's Deployment sets it.")
 	fs.StringVar(&opts.kubeletServingCACert, "kubelet-serving-ca-cert-file", "",
 		"The CA (PEM) that signs the host agents' kubelet serving certificates, CertificateSigningRequests of macrack.io/kubelet-serving: the operator approves an agent's request only for its own Node and enrolled address, and denies the rest. Give kube-apiserver the same file as --kubelet-certificate-authority. Read at start-up. With --kubelet-serving-ca-key-file; empty: none is approved or signed, and the agents serve self-signed certificates.")
 	fs.StringVar(&opts.kubeletServingCAKey, "kubelet-serving-ca-key-file", "", "The private key (PEM) of --kubelet-serving-ca-cert-file.")
@@ -142,7 +146,25 @@ func envOr(key, fallback string) string {
 	return fallback
 }
 
+// errUnsafeSettings is a setting production mode refuses.
+var errUnsafeSettings = errors.New("unsafe in production")
+
+// validate refuses, in production mode, the settings only a development
+// cluster may run with.
+func (o options) validate() error {
+	if o.production && len(splitList(o.gitlabAllowedHosts)) == 0 {
+		return fmt.Errorf("%w: --production needs --gitlab-allowed-hosts, the GitLab hosts runners may send their tokens to (exact, or *.example.com), such as --gitlab-allowed-hosts=gitlab.com; without it any host a GitLabRunner names would get its token", errUnsafeSettings)
+	}
+	return nil
+}
+
 func run(log logr.Logger, opts options) error {
+	if err := opts.validate(); err != nil {
+		return err
+	}
+	if len(splitList(opts.gitlabAllowedHosts)) == 0 {
+		log.Info("No --gitlab-allowed-hosts: GitLabRunners may send their tokens to any host they name; --production refuses this")
+	}
 	scheme, err := macrackscheme.New()
 	if err != nil {
 		return err

@@ -475,7 +475,8 @@ var nativeKinds = map[string]metav1.GroupVersionKind{
 	"certificates.k8s.io/certificatesigningrequests":                 {Group: "certificates.k8s.io", Version: "v1", Kind: "CertificateSigningRequest"},
 	// signers is no served resource, only what approve and sign are
 	// authorized on: it needs the CertificateSigningRequest API.
-	"certificates.k8s.io/signers": {Group: "certificates.k8s.io", Version: "v1", Kind: "CertificateSigningRequest"},
+	"certificates.k8s.io/signers":               {Group: "certificates.k8s.io", Version: "v1", Kind: "CertificateSigningRequest"},
+	"authorization.k8s.io/subjectaccessreviews": {Group: "authorization.k8s.io", Version: "v1", Kind: "SubjectAccessReview"},
 }
 
 func nativeAPIs(rules []rbacv1.PolicyRule, own map[string]bool) ([]metav1.GroupVersionKind, error) {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,6 +77,16 @@ func startGitLab(bin string) (*fakeGitLab, error) {
 	}
 	fmt.Printf("devcluster: fake GitLab serving at %s\n", g.srv.URL())
 	return g, nil
+}
+
+// allowedHost is the host the operator may send runner tokens to in
+// make run: the fake GitLab's, on loopback.
+func (g *fakeGitLab) allowedHost() (string, error) {
+	u, err := url.Parse(g.srv.URL())
+	if err != nil {
+		return "", fmt.Errorf("parsing the fake GitLab's URL: %w", err)
+	}
+	return u.Hostname(), nil
 }
 
 // stop closes the fake GitLab.

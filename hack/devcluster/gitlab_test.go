@@ -151,3 +151,20 @@ func TestTheDemoManifestRunsARunnerAgainstTheFakeGitLab(t *testing.T) {
 		t.Fatalf("the hint names the CA file and the manifest, never the token:\n%s", h)
 	}
 }
+
+// make run allows the operator the fake GitLab's host, the one the demo
+// runner names.
+func TestMakeRunAllowsTheFakeGitLabsHostOnly(t *testing.T) {
+	g, err := startGitLab(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.stop()
+	host, err := g.allowedHost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(g.srv.URL(), "https://"+host+":") || host == "" {
+		t.Fatalf("allowed host %q, fake GitLab at %s", host, g.srv.URL())
+	}
+}

@@ -134,12 +134,19 @@ func run(root, extraArgs string, fleetSize, jetStreamServers int) error {
 		return err
 	}
 	defer gitLab.stop()
+	gitLabHost, err := gitLab.allowedHost()
+	if err != nil {
+		return err
+	}
 	w := env.WebhookInstallOptions
 	operator, err := startProcess("operator", filepath.Join(bin, "operator"), append(operatorArgs(operatorKubeconfig, metricsPort, probePort, audiences, extraArgs),
 		fmt.Sprintf("--webhook-port=%d", w.LocalServingPort),
 		"--webhook-cert-dir="+w.LocalServingCertDir,
 		"--audit-sink="+nats.sink,
 		"--cluster-name=devcluster",
+		// The runners' tokens go to the fake GitLab only, as a production
+		// operator's go to its allowed hosts only.
+		"--gitlab-allowed-hosts="+gitLabHost,
 		"--kubelet-serving-ca-cert-file="+kubeletCA.ServingCAFile,
 		"--kubelet-serving-ca-key-file="+kubeletCA.ServingCAKeyFile,
 	))

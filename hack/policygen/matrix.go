@@ -43,7 +43,7 @@ func declaredPoints() []enforcement.Point {
 var layerDirs = map[enforcement.Layer][]string{
 	enforcement.Schema:     {"test/envtest/schema"},
 	enforcement.VAP:        {"test/envtest/vap"},
-	enforcement.Webhook:    {"test/envtest/leases", "test/envtest/exactcap", "internal/admission"},
+	enforcement.Webhook:    {"test/envtest/leases", "test/envtest/exactcap", "test/envtest/runnersecret", "internal/admission"},
 	enforcement.Reconciler: {"test/envtest/reconcilers", "internal/reconcile"},
 	enforcement.Agent:      {"internal/agent"},
 }

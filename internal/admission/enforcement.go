@@ -22,6 +22,9 @@ var WebhookEnforcement = []enforcement.Point{
 	webhookPoint("quarantine.fence", "internal/admission/validator_test.go", "TestEachRuleAtTheWebhookAlone/quarantine.fence"),
 	webhookPoint("audit.finalizer", "internal/admission/validator_test.go", "TestEachRuleAtTheWebhookAlone/audit.finalizer"),
 	webhookPoint("tenancy.class", "internal/admission/validator_test.go", "TestEachRuleAtTheWebhookAlone/tenancy.class"),
+	webhookPoint("runner.secret", "internal/admission/validator_test.go", "TestEachRuleAtTheWebhookAlone/runner.secret"),
+	webhookPoint("runner.secret", "test/envtest/runnersecret/runnersecret_test.go", "refuses a tenant who cannot read the Secret, naming runner.secret, and admits one who can"),
+	webhookPoint("runner.secret", "test/envtest/runnersecret/runnersecret_test.go", "refuses changes to url, caBundle or tokenSecretRef by a requester who cannot read the Secret, and admits an unrelated change"),
 }
 
 func webhookPoint(rule, file, test string) enforcement.Point {

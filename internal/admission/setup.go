@@ -38,6 +38,7 @@ func Setup(mgr ctrl.Manager, engine *policy.Engine, clk clock.PassiveClock, para
 		Metrics:      metrics,
 		Denials:      denials,
 		Reservations: NewReservations(mgr.GetAPIReader(), mgr.GetClient()),
+		Reviews:      mgr.GetClient(),
 	}})
 	return nil
 }

@@ -51,6 +51,10 @@ type PolicyValidator struct {
 	// Reservations, if set, decide each new instance exactly, on live
 	// reads and the lease's reservations, and record its admission.
 	Reservations *Reservations
+	// Reviews creates the SubjectAccessReviews that ask whether a
+	// GitLabRunner's requester may get its token Secret (runner.secret).
+	// Unset, every such request is refused.
+	Reviews client.Writer
 }
 
 // Handle implements admission.Handler.
@@ -99,7 +103,7 @@ func (v *PolicyValidator) Handle(ctx context.Context, req admission.Request) (re
 		switch {
 		case viol.Code == policy.CodeError || viol.Code == policy.CodeDisagreement:
 			code, reason = http.StatusInternalServerError, metav1.StatusReasonInternalError
-		case viol.Code == "agent.scope" && code != http.StatusInternalServerError:
+		case (viol.Code == "agent.scope" || viol.Code == "runner.secret") && code != http.StatusInternalServerError:
 			code, reason = http.StatusForbidden, metav1.StatusReasonForbidden
 		}
 	}
@@ -138,6 +142,15 @@ func (v *PolicyValidator) input(ctx context.Context, req admission.Request) (pol
 	in.Now = v.Clock.Now()
 	if in.Inventory, err = v.Inventory.For(ctx, kind.GroupKind(), in.Object, in.OldObject); err != nil {
 		return in, fmt.Errorf("reading inventory: %w", err)
+	}
+	// The requester's own access, not a cached object: asked of the API
+	// server on every request that names a runner's token.
+	fact, err := tokenSecretAccess(ctx, v.Reviews, req, in.Object, in.OldObject)
+	if err != nil {
+		return in, err
+	}
+	if fact != nil {
+		in.Inventory[TokenSecretAccessRole] = fact
 	}
 	return in, nil
 }
@@ -198,6 +211,9 @@ func (v *PolicyValidator) decideLive(ctx context.Context, req admission.Request,
 	if err != nil {
 		log.Error(err, "Reading the inventory live failed; the cached decision stands")
 		return cached
+	}
+	if fact, ok := in.Inventory[TokenSecretAccessRole]; ok {
+		inv[TokenSecretAccessRole] = fact // asked of the API server already
 	}
 	in.Inventory = inv
 	d, err := v.Engine.Decide(ctx, in)

@@ -134,7 +134,7 @@ func review(t *testing.T, op admissionv1.Operation, kind metav1.GroupVersionKind
 // TestEachRuleAtTheWebhookAlone: the handler, with the bundle and the
 // cluster state its caches would hold, refuses each rule's violation with
 // the rule's code, and admits the same write made legal beside it.
-// Proves: tenancy.serial, tenancy.class, node.commercial, quota.never-circumvent, instance.image, instance.wipe, agent.scope, quarantine.fence, audit.finalizer
+// Proves: tenancy.serial, tenancy.class, node.commercial, quota.never-circumvent, instance.image, instance.wipe, agent.scope, quarantine.fence, audit.finalizer, runner.secret
 func TestEachRuleAtTheWebhookAlone(t *testing.T) {
 	v := validator(t)
 	s := runtime.NewScheme()
@@ -160,6 +160,7 @@ func TestEachRuleAtTheWebhookAlone(t *testing.T) {
 	}
 	cluster := state.Build()
 	v.Inventory = inventory.Builder{Reader: cluster}
+	v.Reviews = &sarStub{may: map[string]bool{"owner": true}}
 
 	macNode := metav1.GroupVersionKind{Group: "fleet.macrack.io", Version: "v1alpha1", Kind: "MacNode"}
 	class := metav1.GroupVersionKind{Group: "fleet.macrack.io", Version: "v1alpha1", Kind: "MacNodeClass"}
@@ -238,6 +239,12 @@ func TestEachRuleAtTheWebhookAlone(t *testing.T) {
 			review(t, admissionv1.Update, instance, "", "alice", inst("200Gi"), inst("200Gi", fleetv1alpha1.AuditFinalizer)),
 			review(t, admissionv1.Update, instance, "", "operator", inst("200Gi"), inst("200Gi", fleetv1alpha1.AuditFinalizer)),
 			http.StatusUnprocessableEntity, nil},
+		// The exfiltration of issue 34: a runner pointing a Secret its
+		// requester cannot read at the requester's own server.
+		{"runner.secret",
+			review(t, admissionv1.Create, runnerKind, "", "mallory", glRunner("https://127.0.0.1:8443", "runner-token", "PEM", 1), nil),
+			review(t, admissionv1.Create, runnerKind, "", "owner", glRunner("https://127.0.0.1:8443", "runner-token", "PEM", 1), nil),
+			http.StatusForbidden, nil},
 		// The same instance, refused while its lease's chassis is
 		// Quarantined and admitted once the chassis is healthy again.
 		{"quarantine.fence",

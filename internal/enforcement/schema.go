@@ -29,6 +29,10 @@ var SchemaPoints = []Point{
 	{Rule: "tenancy.serial", Layer: Schema, Field: "MacNode spec",
 		What:  "a MacNode's serial is immutable",
 		Proof: Proof{File: "test/envtest/schema/schema_test.go", Test: "refuses a changed serial"}},
+	// GitLabRunner
+	{Rule: "runner.secret", Layer: Schema, Field: "GitLabRunner spec.gitlab.tokenSecretRef.key",
+		What:  "a runner's `tokenSecretRef.key` is `token`, so only the runner token of the Secret is ever read",
+		Proof: Proof{File: "test/envtest/schema/schema_test.go", Test: "refuses a key other than token"}},
 	// MacOSInstance
 	{Rule: "instance.tenant", Layer: Schema, Field: "MacOSInstance spec.leaseName",
 		What:  "an instance's `leaseName` is immutable",

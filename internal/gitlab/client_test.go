@@ -3,6 +3,7 @@ package gitlab
 import (
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -622,5 +623,73 @@ func assertNoSecret(t *testing.T, err error) {
 	}
 	if len(s) > 600 {
 		t.Fatalf("the error reflects too much: %d bytes", len(s))
+	}
+}
+
+// tlsServer is a GitLab over real TLS, and the PEM of its certificate for
+// a client's CA bundle.
+func tlsServer(t *testing.T, h http.HandlerFunc) (*httptest.Server, []byte) {
+	t.Helper()
+	srv := httptest.NewTLSServer(h)
+	t.Cleanup(srv.Close)
+	return srv, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+}
+
+// A redirect to a host that is not the GitLab the client was made for is
+// never followed, over real TLS, even where the other host's certificate
+// is trusted (both servers share httptest's): with a token (any POST) or
+// without (a GET, which may follow only the same host).
+func TestARedirectToAnotherHostIsNotFollowed(t *testing.T) {
+	var mu sync.Mutex
+	var stolen []string
+	elsewhere, _ := tlsServer(t, func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		stolen = append(stolen, r.Method+" "+r.URL.Path+" "+string(body))
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	})
+	gl, ca := tlsServer(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/api/v4/here":
+			w.WriteHeader(http.StatusNoContent)
+		case "/api/v4/same-host":
+			http.Redirect(w, r, "/api/v4/here", http.StatusFound)
+		default:
+			http.Redirect(w, r, elsewhere.URL+"/steal", http.StatusTemporaryRedirect)
+		}
+	})
+	c, err := New(gl.URL, Options{CABundle: ca, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.VerifyRunner(ctx(t), runnerToken, "s"); !errors.Is(err, ErrUnexpectedStatus) {
+		t.Fatalf("VerifyRunner redirected: want ErrUnexpectedStatus, got %v", err)
+	}
+	req, err := http.NewRequestWithContext(ctx(t), http.MethodGet, gl.URL+"/api/v4/elsewhere", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.hc.Do(req); !errors.Is(err, errRedirect) {
+		t.Fatalf("a GET redirected to another host: want errRedirect, got %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(stolen) != 0 {
+		t.Fatalf("the other host got %q", stolen)
+	}
+	// The positive control: the same client, over the same TLS, follows a
+	// GET's redirect on its own host.
+	req, err = http.NewRequestWithContext(ctx(t), http.MethodGet, gl.URL+"/api/v4/same-host", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent || resp.Request.URL.Path != "/api/v4/here" {
+		t.Fatalf("same-host redirect: %d at %s", resp.StatusCode, resp.Request.URL)
 	}
 }

@@ -31,6 +31,9 @@ var allowed = map[string][]string{
 	// or deny them, sign them; for MacRack's signer only
 	// (TestTheOperatorApprovesAndSignsOnlyItsOwnSigner).
 	"certificates.k8s.io": {"certificatesigningrequests", "signers"},
+	// runner.secret: the webhook asks whether a GitLabRunner's requester
+	// may get its token Secret (TestTheOperatorOnlyCreatesAccessReviews).
+	"authorization.k8s.io": {"subjectaccessreviews"},
 }
 
 func roles(t *testing.T) map[string]rbacv1.ClusterRole {
@@ -326,5 +329,25 @@ func TestAnAgentRequestsCertificatesButDecidesNone(t *testing.T) {
 	}
 	if !creates {
 		t.Error("an agent may not request its kubelet serving certificate")
+	}
+}
+
+// The webhook asks the API server whether a GitLabRunner's requester may
+// get the token Secret it names (runner.secret): it creates
+// SubjectAccessReviews, and does nothing else with authorization.
+func TestTheOperatorOnlyCreatesAccessReviews(t *testing.T) {
+	op := roles(t)["macrack-operator"]
+	found := false
+	for _, rule := range op.Rules {
+		if !slices.Contains(rule.APIGroups, "authorization.k8s.io") {
+			continue
+		}
+		if !slices.Equal(rule.Resources, []string{"subjectaccessreviews"}) || !slices.Equal(rule.Verbs, []string{"create"}) || len(rule.ResourceNames) > 0 {
+			t.Errorf("authorization.k8s.io rule %+v, want create on subjectaccessreviews only", rule)
+		}
+		found = true
+	}
+	if !found {
+		t.Error("the operator may not create SubjectAccessReviews: runner.secret would refuse every GitLabRunner")
 	}
 }

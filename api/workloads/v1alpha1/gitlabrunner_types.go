@@ -106,13 +106,19 @@ type SecretKeyRef struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
-	// key is the key in the Secret's data; "token" if unset.
+	// key is the key in the Secret's data: "token" (RunnerTokenKey), the
+	// only key accepted. Any other key could make the controller send
+	// another credential of the Secret to GitLab.
 	// +optional
 	// +kubebuilder:default=token
 	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	// +kubebuilder:validation:XValidation:rule="self == 'token'",message="key must be \"token\": the runner token Secret holds the token under the key token, and no other key is read"
 	Key string `json:"key,omitempty"`
 }
+
+// RunnerTokenKey is the one key of the runner token Secret that a
+// GitLabRunner reads. The CRD's rule on tokenSecretRef.key spells it too.
+const RunnerTokenKey = "token"
 
 // JobResult is how one job ended, from the runner's side.
 // +kubebuilder:validation:Enum=Succeeded;Failed;SystemFailure;TimedOut;Canceled

@@ -219,6 +219,34 @@ func TestARefusedTokenFillsNoSlot(t *testing.T) {
 	}
 }
 
+// The schema refuses any key but "token"; a runner stored before it did
+// still never sends another of the Secret's values to GitLab.
+func TestARunnerNamingAnotherKeyOfItsSecretSendsNothing(t *testing.T) {
+	r := runner(1)
+	r.Spec.GitLab.TokenSecretRef.Key = "password"
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns}, Data: map[string][]byte{"password": []byte(token)}}
+	r.Spec.GitLab.TokenSecretRef.Name = secret.Name
+	f := newFixture(t, 2, r, secret)
+	f.reconcile(t)
+	if len(f.gl.verified) != 0 || len(f.instances(t)) != 0 {
+		t.Fatalf("verified %v with %d VMs for key password", f.gl.verified, len(f.instances(t)))
+	}
+	c := meta.FindStatusCondition(f.runner(t).Status.Conditions, workloadsv1alpha1.ConditionRegistered)
+	if c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, `only "token" is read`) {
+		t.Fatalf("Registered %+v", c)
+	}
+	// The positive control: the documented key, the slot fills.
+	live := f.runner(t)
+	live.Spec.GitLab.TokenSecretRef = workloadsv1alpha1.SecretKeyRef{Name: "runner-token", Key: workloadsv1alpha1.RunnerTokenKey}
+	if err := f.c.Update(context.Background(), live); err != nil {
+		t.Fatal(err)
+	}
+	f.reconcile(t)
+	if n := len(f.instances(t)); n != 1 {
+		t.Fatalf("%d VMs with the documented key", n)
+	}
+}
+
 func TestThePoolKeepsWithinTheClassAndTheLeasesOtherVMs(t *testing.T) {
 	other := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: "by-hand", Namespace: ns},
 		Spec: computev1alpha1.MacOSInstanceSpec{LeaseName: "build"}}

@@ -237,7 +237,13 @@ func (r *Reconciler) readToken(ctx context.Context, s *scope) bool {
 	ref := s.runner.Spec.GitLab.TokenSecretRef
 	key := ref.Key
 	if key == "" {
-		key = "token"
+		key = workloadsv1alpha1.RunnerTokenKey
+	}
+	if key != workloadsv1alpha1.RunnerTokenKey {
+		// The schema refuses other keys; an object stored before it did
+		// must not make the controller send another of the Secret's values.
+		s.registered.to(false, workloadsv1alpha1.ReasonTokenSecretMissing, "tokenSecretRef.key is %q; only %q is read", key, workloadsv1alpha1.RunnerTokenKey)
+		return false
 	}
 	secret := &corev1.Secret{}
 	err := s.tenant.Get(ctx, types.NamespacedName{Namespace: s.runner.Namespace, Name: ref.Name}, secret)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -78,6 +79,7 @@ func BenchmarkGitLabRunner(b *testing.B) {
 	g.AddRunnerToken(tok)
 	must(b, e.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "runner-token", Namespace: t.Namespace}, StringData: map[string]string{"token": tok}}))
 	must(b, grant(ctx, e.Client, t.Namespace))
+	must(b, letTenantRead(ctx, e.Client, t))
 	lease := &leasingv1alpha1.MacNodeLease{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: t.Namespace},
 		Spec: leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: class, MinimumDuration: "24h"}}
 	must(b, t.Client.Create(ctx, lease))
@@ -171,6 +173,22 @@ func grant(ctx context.Context, c client.Client, ns string) error {
 		c.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "runner-token", Namespace: ns},
 			RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "runner-token"}, Subjects: subject}),
 	)
+}
+
+// letTenantRead lets the tenant's person get the runner token Secret, as
+// docs/tenant.md says: runner.secret admits a GitLabRunner only from a
+// requester who may read the token it names.
+func letTenantRead(ctx context.Context, c client.Client, t *harness.Tenant) error {
+	subject := []rbacv1.Subject{{Kind: "User", APIGroup: rbacv1.GroupName, Name: t.User}}
+	if err := errors.Join(
+		c.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "runner-token-owner", Namespace: t.Namespace},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"runner-token"}, Verbs: []string{"get"}}}}),
+		c.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "runner-token-owner", Namespace: t.Namespace},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "runner-token-owner"}, Subjects: subject}),
+	); err != nil {
+		return err
+	}
+	return harness.WaitAllowed(ctx, t.Client, authorizationv1.ResourceAttributes{Namespace: t.Namespace, Verb: "get", Resource: "secrets", Name: "runner-token"})
 }
 
 func poll(ctx context.Context, timeout time.Duration, cond func() bool) error {

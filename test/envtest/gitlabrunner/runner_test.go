@@ -83,6 +83,7 @@ func newCITenant(cls string, bare bool) *ciTenant {
 	gl.AddRunnerToken(c.token, gitlabtest.WithTags(c.tag), gitlabtest.WithRunUntagged(false))
 	Expect(admin.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "runner-token", Namespace: ns},
 		StringData: map[string]string{"token": c.token}})).To(Succeed())
+	Expect(letTenantRead(ctx, admin, t)).To(Succeed())
 	if !bare {
 		grantRunnerIdentity(ns)
 	}
@@ -527,5 +528,6 @@ func mustTenant() *harness.Tenant {
 	GinkgoHelper()
 	t, err := env.NewTenant(ctx, "schema")
 	Expect(err).NotTo(HaveOccurred())
+	Expect(letTenantRead(ctx, admin, t)).To(Succeed())
 	return t
 }

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
+	workloadsv1alpha1 "github.com/boualleiguie/macrack-operator/api/workloads/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 )
 
@@ -290,6 +291,28 @@ var _ = Describe("The schema", func() {
 			Expect(unstructured.SetNestedSlice(n.Object, slots(3), "status", "slots")).To(Succeed())
 			err := k8s.Status().Update(ctx, n)
 			expectSchemaRefusal(err, "status.slots", metav1.CauseTypeTooMany, "must have at most 2 items")
+		})
+	})
+
+	Context("GitLabRunner.spec.gitlab.tokenSecretRef.key", func() {
+		runner := func(name string, ref map[string]any) *unstructured.Unstructured {
+			u := obj("workloads.macrack.io/v1alpha1", "GitLabRunner", name, map[string]any{
+				"leaseName": "l1", "imageName": "img", "template": map[string]any{"cpu": int64(4), "memory": "8Gi", "disk": "200Gi"},
+				"gitlab": map[string]any{"url": "https://gitlab.com", "tokenSecretRef": ref}})
+			u.SetNamespace(ns)
+			return u
+		}
+		It("refuses a key other than token", Label("proves:runner.secret"), func() {
+			err := k8s.Create(ctx, runner("other-key", map[string]any{"name": "db", "key": "password"}))
+			expectSchemaRefusal(err, "spec.gitlab.tokenSecretRef.key", metav1.CauseTypeFieldValueInvalid, `key must be "token"`)
+			// The positive controls: the documented key, and none, which
+			// defaults to it.
+			named := runner("token-key", map[string]any{"name": "runner-token", "key": workloadsv1alpha1.RunnerTokenKey})
+			Expect(k8s.Create(ctx, named)).To(Succeed())
+			unset := runner("no-key", map[string]any{"name": "runner-token"})
+			Expect(k8s.Create(ctx, unset)).To(Succeed())
+			key, _, _ := unstructured.NestedString(unset.Object, "spec", "gitlab", "tokenSecretRef", "key")
+			Expect(key).To(Equal(workloadsv1alpha1.RunnerTokenKey))
 		})
 	})
 
