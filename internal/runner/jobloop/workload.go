@@ -23,7 +23,7 @@ const (
 )
 
 // RunFunc runs the one job: RunOne with an executor in the simulator,
-// RunProcess on a Mac.
+// custom.RunFunc on a Mac.
 type RunFunc func(ctx context.Context, cfg Config, onState func(State)) (State, error)
 
 // Workload is the guest agent's guest.Workload for a GitLab runner: it
@@ -55,14 +55,6 @@ func NewSimWorkload(vmCtx context.Context, clk clock.Clock, poll time.Duration, 
 	return NewWorkload(vmCtx, func(ctx context.Context, cfg Config, onState func(State)) (State, error) {
 		cfg.PollInterval = poll
 		return RunOne(ctx, cfg, SimExecutor{Clock: clk}, clk, log, onState)
-	}, log)
-}
-
-// NewProcessWorkload runs gitlab-runner's run-single (binary) for the job,
-// as on a Mac.
-func NewProcessWorkload(ctx context.Context, binary string, clk clock.PassiveClock, log logr.Logger) *Workload {
-	return NewWorkload(ctx, func(ctx context.Context, cfg Config, onState func(State)) (State, error) {
-		return RunProcess(ctx, cfg, binary, clk, log, onState)
 	}, log)
 }
 

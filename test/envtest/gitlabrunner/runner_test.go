@@ -356,7 +356,7 @@ var _ = Describe("A GitLabRunner", Ordered, func() {
 		Expect(t.Client.Delete(ctx, r)).To(Succeed())
 	})
 
-	It("ends cleanly when deleted mid-job: the job is a system failure, the VM wiped, the managers unregistered", func() {
+	It("ends cleanly when deleted mid-job: the job is interrupted, the VM wiped, the managers unregistered", func() {
 		startChassis(class)
 		t := newCITenant(class, false)
 		r := t.runner("deleted", 1, "200Gi")
@@ -376,7 +376,9 @@ var _ = Describe("A GitLabRunner", Ordered, func() {
 		}).Should(BeTrue())
 		j := jobsOf(build)[0]
 		Expect(j.State).To(Equal(gitlab.StateFailed))
-		Expect(j.FailureReason).To(Equal(gitlab.FailureRunnerSystem))
+		// runner_interrupted, sent as unknown_failure: this GitLab does not
+		// list the reason in the job's features.failure_reasons.
+		Expect(j.FailureReason).To(Equal(gitlab.FailureUnknown))
 		list := &computev1alpha1.MacOSInstanceList{}
 		Expect(admin.List(ctx, list, client.InNamespace(t.Namespace))).To(Succeed())
 		Expect(list.Items).To(BeEmpty(), "the runner goes only after its VMs are wiped and gone")
@@ -478,7 +480,7 @@ var _ = Describe("A GitLabRunner", Ordered, func() {
 		Expect(t.Client.Delete(ctx, ok)).To(Succeed())
 	})
 
-	It("never shows a runner token in an object, an Event, a log line, a file of an agent or the audit stream", func() {
+	It("never shows a runner token in an object, an Event, a log line, a file of an agent or a guest, the audit stream or the API server's audit log", func() {
 		tokensMu.Lock()
 		toks := slices.Clone(tokens)
 		tokensMu.Unlock()
@@ -500,6 +502,10 @@ var _ = Describe("A GitLabRunner", Ordered, func() {
 			check(fmt.Sprintf("%T", list), string(b))
 		}
 		check("the logs", logs.String())
+		audit, err := os.ReadFile(auditLog)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(audit)).To(ContainSubstring(`"resource":"secrets"`), "the audit log records the token Secret's reads")
+		check("the API server's audit log", string(audit))
 		check("the audit stream", stream.String())
 		Expect(stream.String()).To(ContainSubstring("io.macrack.instance."), "the stream recorded the runners' VMs")
 		for _, a := range agents {

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/boualleiguie/macrack-operator/internal/audit"
@@ -44,8 +46,10 @@ var (
 	ctx        = context.Background()
 	helperPath string
 	binDir     string
-	gl         *gitlabtest.Server
-	agents     []*harness.Agent
+	// auditLog is the API server's audit log.
+	auditLog string
+	gl       *gitlabtest.Server
+	agents   []*harness.Agent
 	// logs holds every line the operator, the agents and the helpers
 	// logged, and stream the audit stream: the token must be in neither.
 	logs, stream = &syncBuffer{}, &syncBuffer{}
@@ -89,7 +93,26 @@ var _ = BeforeSuite(func() {
 	helperPath, err = harness.BuildVMHelper(binDir)
 	Expect(err).NotTo(HaveOccurred())
 
-	env, err = harness.Start(harness.WithWebhooks)
+	// The API server's audit log, as a cluster keeps one: Secrets at
+	// Metadata (their data is never logged), everything else with its
+	// request and response bodies, where a leaked token would show.
+	auditPolicy := filepath.Join(binDir, "audit-policy.yaml")
+	Expect(os.WriteFile(auditPolicy, []byte(`apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  resources: [{group: "", resources: ["secrets"]}]
+- level: RequestResponse
+`), 0o600)).To(Succeed())
+	auditLog = filepath.Join(binDir, "audit.log")
+	env, err = harness.Start(harness.WithWebhooks, func(e *envtest.Environment) {
+		e.ControlPlane.GetAPIServer().Configure().
+			Append("audit-policy-file", auditPolicy).
+			Append("audit-log-path", auditLog).
+			Append("audit-log-mode", "blocking").
+			Append("audit-log-format", "json")
+	})
 	Expect(err).NotTo(HaveOccurred())
 	admin = env.Client
 	Expect(admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: harness.AgentsNamespace}})).To(Succeed())
