@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -210,10 +212,16 @@ func (r *Reservations) record(ctx context.Context, lease *leasingv1alpha1.MacNod
 // pending are the reservations that still count: those whose instance is
 // not stored (a stored one counts as itself), made less than ttl ago.
 func pending(entries []leasingv1alpha1.InstanceReservation, instances []any, now time.Time, ttl time.Duration) []leasingv1alpha1.InstanceReservation {
+	return pendingSeen(entries, instances, nil, now, ttl)
+}
+
+// pendingSeen is pending, dropping too the reservations of instances seen
+// stored since, listed or not: one deleted before the list no longer counts.
+func pendingSeen(entries []leasingv1alpha1.InstanceReservation, instances []any, seen map[types.UID]bool, now time.Time, ttl time.Duration) []leasingv1alpha1.InstanceReservation {
 	stored := uids(instances)
 	var out []leasingv1alpha1.InstanceReservation
 	for _, e := range entries {
-		if stored[e.UID] || !now.Before(e.At.Add(ttl)) {
+		if stored[e.UID] || seen[types.UID(e.UID)] || !now.Before(e.At.Add(ttl)) {
 			continue
 		}
 		out = append(out, e)
@@ -269,8 +277,9 @@ func failed(err error) policy.Decision {
 }
 
 // prune drops the lease's reservations that no longer count, read live, as
-// the same writer; a conflict leaves them to the next pass.
-func (r *Reservations) prune(ctx context.Context, key client.ObjectKey, now time.Time) error {
+// the same writer: those whose instance is listed or was seen stored, and
+// those past the TTL. It reports a conflict, which the caller retries.
+func (r *Reservations) prune(ctx context.Context, key client.ObjectKey, seen map[types.UID]bool, now time.Time) error {
 	lease := &leasingv1alpha1.MacNodeLease{}
 	if err := r.Live.Get(ctx, key, lease); err != nil {
 		return client.IgnoreNotFound(err)
@@ -282,11 +291,11 @@ func (r *Reservations) prune(ctx context.Context, key client.ObjectKey, now time
 	if err != nil {
 		return err
 	}
-	kept := pending(lease.Status.Reservations, instances, now, r.TTL)
+	kept := pendingSeen(lease.Status.Reservations, instances, seen, now, r.TTL)
 	if len(kept) == len(lease.Status.Reservations) {
 		return nil
 	}
-	if err := r.record(ctx, lease, kept, listVersion); err != nil && !apierrors.IsConflict(err) {
+	if err := r.record(ctx, lease, kept, listVersion); err != nil {
 		return fmt.Errorf("pruning the reservations of lease %s: %w", key, err)
 	}
 	return nil
@@ -304,6 +313,75 @@ type Sweeper struct {
 	Cache  client.Reader
 	Clock  clock.Clock
 	Period time.Duration
+
+	// seen are the instances the cache saw stored, by lease, until a pass
+	// drops their reservations: the instance may be deleted before the
+	// pass lists it, or the lease's reservation reach the cache after the
+	// instance does.
+	seen seenInstances
+}
+
+// seenInstances are the uids of instances seen stored, by lease.
+type seenInstances struct {
+	mu      sync.Mutex
+	byLease map[client.ObjectKey]map[types.UID]time.Time
+}
+
+func (s *seenInstances) add(lease client.ObjectKey, uid types.UID, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byLease == nil {
+		s.byLease = map[client.ObjectKey]map[types.UID]time.Time{}
+	}
+	if s.byLease[lease] == nil {
+		s.byLease[lease] = map[types.UID]time.Time{}
+	}
+	s.byLease[lease][uid] = at
+}
+
+// of is a copy of the lease's seen uids.
+func (s *seenInstances) of(lease client.ObjectKey) map[types.UID]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[types.UID]bool, len(s.byLease[lease]))
+	for uid := range s.byLease[lease] {
+		out[uid] = true
+	}
+	return out
+}
+
+// forget drops the given uids of the lease: their reservations are gone.
+func (s *seenInstances) forget(lease client.ObjectKey, uids map[types.UID]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for uid := range uids {
+		delete(s.byLease[lease], uid)
+	}
+	if len(s.byLease[lease]) == 0 {
+		delete(s.byLease, lease)
+	}
+}
+
+// expire drops the uids seen before cutoff: past the TTL their reservations
+// count no more anyway.
+func (s *seenInstances) expire(cutoff time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for lease, uids := range s.byLease {
+		for uid, at := range uids {
+			if at.Before(cutoff) {
+				delete(uids, uid)
+			}
+		}
+		if len(uids) == 0 {
+			delete(s.byLease, lease)
+		}
+	}
+}
+
+// Seen records that the cache saw the instance stored on its lease.
+func (s *Sweeper) Seen(lease client.ObjectKey, uid types.UID) {
+	s.seen.add(lease, uid, s.Clock.Now())
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: one sweeper.
@@ -317,6 +395,7 @@ func (s *Sweeper) Start(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-s.Clock.After(s.Period):
+			s.seen.expire(s.Clock.Now().Add(-s.Reservations.TTL))
 			leases := &leasingv1alpha1.MacNodeLeaseList{}
 			if err := s.Cache.List(ctx, leases); err != nil {
 				log.Error(err, "Listing leases failed")
@@ -324,7 +403,7 @@ func (s *Sweeper) Start(ctx context.Context) error {
 			}
 			for i := range leases.Items {
 				key := client.ObjectKeyFromObject(&leases.Items[i])
-				if _, err := s.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+				if _, err := s.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil && !apierrors.IsConflict(err) {
 					log.Error(err, "Pruning reservations failed", "lease", key)
 				}
 			}
@@ -337,8 +416,26 @@ func (s *Sweeper) Start(ctx context.Context) error {
 // reservations is read live.
 func (s *Sweeper) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	cached := &leasingv1alpha1.MacNodeLease{}
-	if err := s.Cache.Get(ctx, req.NamespacedName, cached); err != nil || len(cached.Status.Reservations) == 0 {
+	if err := s.Cache.Get(ctx, req.NamespacedName, cached); err != nil {
+		if apierrors.IsNotFound(err) {
+			s.seen.forget(req.NamespacedName, s.seen.of(req.NamespacedName))
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	return ctrl.Result{}, s.Reservations.prune(ctx, req.NamespacedName, s.Clock.Now())
+	if len(cached.Status.Reservations) == 0 {
+		// The reservation may not have reached the cache yet: keep what
+		// was seen for the lease's next event.
+		return ctrl.Result{}, nil
+	}
+	seen := s.seen.of(req.NamespacedName)
+	err := s.Reservations.prune(ctx, req.NamespacedName, seen, s.Clock.Now())
+	switch {
+	case apierrors.IsConflict(err):
+		// Another admission wrote the lease: prune again on what it wrote.
+		return ctrl.Result{Requeue: true}, nil
+	case err != nil:
+		return ctrl.Result{}, err
+	}
+	s.seen.forget(req.NamespacedName, seen)
+	return ctrl.Result{}, nil
 }

@@ -1,12 +1,20 @@
 package admission
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/scheme"
 )
 
 func stored(uid, name string, deleting bool) map[string]any {
@@ -58,5 +66,58 @@ func TestNameTaken(t *testing.T) {
 		if got := nameTaken(list, c.name, c.uid); got != c.want {
 			t.Errorf("nameTaken(%s, %s) = %v, want %v", c.name, c.uid, got, c.want)
 		}
+	}
+}
+
+// An instance stored and deleted before the sweeper lists it drops its
+// reservation once the sweeper has seen it stored; an unseen one, still in
+// flight, keeps counting (the positive control).
+func TestSweeperDropsTheReservationOfAnInstanceSeenStored(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(now)
+	lease := &leasingv1alpha1.MacNodeLease{ObjectMeta: metav1.ObjectMeta{Name: "build", Namespace: "team"}}
+	lease.Status.Reservations = []leasingv1alpha1.InstanceReservation{
+		{UID: "gone", Name: "quick", At: metav1.NewTime(now)},
+		{UID: "in-flight", Name: "slow", At: metav1.NewTime(now)},
+	}
+	sch, err := scheme.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(sch).
+		WithObjects(lease).WithStatusSubresource(lease).
+		WithIndex(&computev1alpha1.MacOSInstance{}, LeaseNameField, func(o client.Object) []string {
+			return []string{o.(*computev1alpha1.MacOSInstance).Spec.LeaseName}
+		}).Build()
+	s := &Sweeper{Reservations: NewReservations(c, c), Cache: c, Clock: clk, Period: time.Second}
+	key := client.ObjectKeyFromObject(lease)
+
+	names := func() []string {
+		got := &leasingv1alpha1.MacNodeLease{}
+		if err := c.Get(ctx, key, got); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range got.Status.Reservations {
+			out = append(out, r.Name)
+		}
+		return out
+	}
+	if _, err := s.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); len(got) != 2 {
+		t.Fatalf("reservations = %v before any instance was seen, want both: nothing proves either stored", got)
+	}
+	s.Seen(key, types.UID("gone"))
+	if _, err := s.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); len(got) != 1 || got[0] != "slow" {
+		t.Fatalf("reservations = %v, want [slow]: quick was seen stored, and deleted since", got)
+	}
+	if got := s.seen.of(key); len(got) != 0 {
+		t.Fatalf("seen = %v after its reservation was dropped, want none kept", got)
 	}
 }

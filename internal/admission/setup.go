@@ -70,7 +70,9 @@ func SetupSweeper(mgr ctrl.Manager, clk clock.Clock) error {
 			if !ok || i.Spec.LeaseName == "" {
 				return nil
 			}
-			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: i.Namespace, Name: i.Spec.LeaseName}}}
+			lease := types.NamespacedName{Namespace: i.Namespace, Name: i.Spec.LeaseName}
+			s.Seen(lease, i.UID)
+			return []reconcile.Request{{NamespacedName: lease}}
 		}), builder.WithPredicates(created)).
 		Complete(s)
 }
