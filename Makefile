@@ -96,8 +96,12 @@ $(ACTIONLINT): hack/actionlint/go.mod hack/actionlint/go.sum
 	  if [ "$$v" != "$(ACTIONLINT_VERSION)" ]; then echo "hack/actionlint/go.mod has actionlint $$v, the Makefile $(ACTIONLINT_VERSION)"; exit 1; fi
 	cd hack/actionlint && go build -o $@ github.com/rhysd/actionlint/cmd/actionlint
 
+# bin/opa and bin/conftest name the pinned builds, so that a reviewer with
+# bin/ on PATH runs docs/compliance.md's commands as its CI workflow does.
 .PHONY: tools
 tools: $(CONTROLLER_GEN) $(OPA) $(CONFTEST) $(STATICCHECK) $(ACTIONLINT)
+	ln -sf $(notdir $(OPA)) $(BIN)/opa
+	ln -sf $(notdir $(CONFTEST)) $(BIN)/conftest
 
 ##@ Generation
 

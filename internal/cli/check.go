@@ -12,6 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 )
 
@@ -27,6 +30,10 @@ that applies to its kind. Empty documents are skipped; documents are
 numbered from 0 in each file. An UPDATE re-applies the document over
 itself (oldObject is the document); a DELETE deletes it (oldObject only).
 
+A document of a namespaced kind (a lease, an instance, a GitLabRunner) that
+names no namespace is checked in the one -n names, as 'kubectl apply -n NS'
+would create it; so is a namespaced object of the inventory that names none.
+
 Rules that read related objects (a lease's class, an instance's lease) find
 them in the inventory; without --inventory they see none, as the webhooks
 would for objects that do not exist.
@@ -34,6 +41,9 @@ would for objects that do not exist.
 Flags:
   -f, --file FILE            a manifest file, a directory of *.yaml, *.yml
                              and *.json files, or - for stdin; repeatable
+  -n, --namespace NS         the namespace of namespaced documents and
+                             inventory objects that name none (default
+                             default, as kubectl's)
       --inventory FILE       a YAML or JSON map of inventory roles, e.g.
                              lease:, nodeClass:, leaseInstances: [...], given
                              to every document
@@ -58,6 +68,7 @@ type checkOptions struct {
 	groups          stringList
 	operation       string
 	agentsNamespace string
+	namespace       string
 	policies        string
 	output          *format
 }
@@ -74,6 +85,8 @@ func runPolicyCheck(ctx context.Context, e env, args []string) error {
 	fs.Var(&o.groups, "group", "")
 	fs.StringVar(&o.operation, "operation", "CREATE", "")
 	fs.StringVar(&o.agentsNamespace, "agents-namespace", "macrack-agents", "")
+	fs.StringVar(&o.namespace, "n", "default", "")
+	fs.StringVar(&o.namespace, "namespace", "default", "")
 	fs.StringVar(&o.policies, "policies", "", "")
 	o.output = outputFlag(fs)
 	pos, err := parseFlags(fs, cmd, args, e.stdout, checkUsage)
@@ -101,6 +114,9 @@ func runPolicyCheck(ctx context.Context, e env, args []string) error {
 	if o.user == "" {
 		return usagef(cmd, "--user is empty")
 	}
+	if errs := validation.IsDNS1123Label(o.namespace); len(errs) > 0 {
+		return usagef(cmd, "--namespace %q is not a namespace name: %s", o.namespace, strings.Join(errs, "; "))
+	}
 	if o.inventory == "-" && slices.Contains(o.files, "-") {
 		return usagef(cmd, "stdin cannot hold both the manifests and the inventory")
 	}
@@ -118,6 +134,10 @@ func runPolicyCheck(ctx context.Context, e env, args []string) error {
 		if inventory, err = readMap(displayName(o.inventory), data); err != nil {
 			return err
 		}
+		defaultInventoryNamespace(inventory, o.namespace)
+	}
+	for _, d := range docs {
+		defaultNamespace(d.Object, o.namespace)
 	}
 	eng, err := loadEngine(ctx, cmd, o.policies)
 	if err != nil {
@@ -189,6 +209,49 @@ func runPolicyCheck(ctx context.Context, e env, args []string) error {
 		return fmt.Errorf("%w: %d of %d documents", errDenied, report.Summary.Denied, report.Summary.Documents)
 	}
 	return nil
+}
+
+// defaultNamespace puts obj, if it is of a namespaced kind and names no
+// namespace, in ns: the API server creates it in the request's namespace,
+// and rules such as instance.tenant compare it with its lease's.
+func defaultNamespace(obj map[string]any, ns string) {
+	apiVersion, _ := obj["apiVersion"].(string)
+	kind, _ := obj["kind"].(string)
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil || kind == "" {
+		return
+	}
+	if namespaced, _ := policy.Namespaced(gv.WithKind(kind).GroupKind()); !namespaced {
+		return
+	}
+	meta, ok := obj["metadata"].(map[string]any)
+	if !ok {
+		meta = map[string]any{}
+		obj["metadata"] = meta
+	}
+	if cur, _ := meta["namespace"].(string); cur == "" {
+		meta["namespace"] = ns
+	}
+}
+
+// defaultInventoryNamespace does what defaultNamespace does to each object
+// of the inventory, a role's object or the objects of a role's list, so
+// that an inventory written without namespaces describes the namespace the
+// manifests are checked in. Values that are not objects (an access review's
+// answer) are left as written.
+func defaultInventoryNamespace(inventory map[string]any, ns string) {
+	for _, v := range inventory {
+		switch v := v.(type) {
+		case map[string]any:
+			defaultNamespace(v, ns)
+		case []any:
+			for _, e := range v {
+				if obj, ok := e.(map[string]any); ok {
+					defaultNamespace(obj, ns)
+				}
+			}
+		}
+	}
 }
 
 // readAllManifests reads every file, expanding directories, and refuses

@@ -247,3 +247,38 @@ func TestPolicyCheckWithBrokenPoliciesExits3(t *testing.T) {
 	intact := copyTree(t, policiesDir)
 	expectation{code: 0}.check(t, runCLI(t, "", "policy", "check", nowFlag, "-f", "testdata/lease-24h.yaml", "--policies", intact))
 }
+
+func TestPolicyCheckNamespace(t *testing.T) {
+	t.Parallel()
+	other := filepath.Join(violatingDir, "instance-other-namespace.yaml")
+	cases := []struct {
+		name string
+		args []string
+		want expectation
+	}{
+		{name: "a namespaced document without a namespace is checked in -n's",
+			args: []string{"-n", "team-b", "-f", filepath.Join(samplesDir, "leasing_v1alpha1_macnodelease.yaml")},
+			want: expectation{code: 0, stdout: []string{"MacNodeLease team-b/build-mini"}}},
+		{name: "without -n it is checked in default, as kubectl would create it",
+			args: []string{"-f", instanceSample},
+			want: expectation{code: 1, stdout: []string{"MacOSInstance default/ci-runner-1", "not found in namespace default"}}},
+		{name: "a document that names its namespace keeps it",
+			args: []string{"-n", "my-team", "-f", other, "--inventory", inventoryFile},
+			want: expectation{code: 1, stdout: []string{"MacOSInstance other-team/borrowed", "an instance in namespace other-team cannot use lease my-team/build-mini"}}},
+		{name: "an inventory object without a namespace is in -n's too",
+			args: []string{"--namespace", "team-b", "-f", instanceSample, "--inventory", "testdata/inventory-bound-lease.yaml"},
+			want: expectation{code: 0, stdout: []string{"ALLOW", "team-b/ci-runner-1"}, absent: []string{"DENY"}}},
+		{name: "a cluster-scoped document gets no namespace",
+			args: []string{"-n", "team-b", "-f", "testdata/class-1T.yaml"},
+			want: expectation{code: 0, stdout: []string{"ALLOW"}, absent: []string{"team-b/"}}},
+		{name: "a namespace that is not a DNS label is a usage error",
+			args: []string{"-n", "Team_B", "-f", "testdata/lease-24h.yaml"},
+			want: expectation{code: 2, stderr: []string{`--namespace "Team_B" is not a namespace name`}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.want.check(t, runCLI(t, "", append([]string{"policy", "check", nowFlag}, tc.args...)...))
+		})
+	}
+}
