@@ -607,6 +607,7 @@ type MacNodeStatus struct {
 // +kubebuilder:printcolumn:name="Serial",type=string,JSONPath=`.spec.serial`
 // +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.nodeClassName`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.status.conditions[?(@.type=="AgentReady")].reason`
 // +kubebuilder:printcolumn:name="Tenant",type=string,JSONPath=`.status.binding.leaseNamespace`
 // +kubebuilder:printcolumn:name="Lease",type=string,JSONPath=`.status.binding.leaseName`
 // +kubebuilder:printcolumn:name="Quarantined",type=date,JSONPath=`.status.quarantine.quarantinedAt`,priority=1
@@ -614,7 +615,7 @@ type MacNodeStatus struct {
 // +kubebuilder:printcolumn:name="Goldens",type=string,JSONPath=`.status.reported.images[*].name`,priority=1
 // +kubebuilder:printcolumn:name="Pulls",type=string,JSONPath=`.status.reported.images[*].phase`,priority=1
 // +kubebuilder:printcolumn:name="Retired",type=boolean,JSONPath=`.spec.retired`,priority=1
-// +kubebuilder:printcolumn:name="Release After",type=date,JSONPath=`.status.binding.earliestReleaseAt`,priority=1
+// +kubebuilder:printcolumn:name="Release After",type=string,format=date-time,JSONPath=`.status.binding.earliestReleaseAt`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // MacNode is one physical Mac mini, by serial.
