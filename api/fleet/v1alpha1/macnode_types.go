@@ -12,9 +12,13 @@ type MacNodePhase string
 
 // The phases of a MacNode.
 const (
-	// MacNodePending: recorded at unboxing, no agent has reported yet.
+	// MacNodePending: recorded at unboxing; its agent has not reported the
+	// facts the policies judge (ReportedFacts.UnreportedFacts), so it is
+	// not judged yet: it waits for facts.
 	MacNodePending MacNodePhase = "Pending"
-	// MacNodeEnrolled: the agent reports, but the chassis is not (yet) fit to lease.
+	// MacNodeEnrolled: its agent reported its facts, but the chassis is not
+	// fit to lease: a rule refuses them (HardwareCompliant says which), or
+	// its agent is silent (AgentReady=False, HeartbeatMissed).
 	MacNodeEnrolled MacNodePhase = "Enrolled"
 	// MacNodeReady: commercial hardware, healthy agent, free to lease.
 	MacNodeReady MacNodePhase = "Ready"
@@ -222,6 +226,34 @@ type ReportedFacts struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	BootID string `json:"bootID,omitempty"`
+}
+
+// UnreportedFacts names, by their JSON names, the facts that node.commercial
+// and quota.never-circumvent judge and that f leaves out: the disk, the NIC
+// speed, SIP and the virtualization entitlement. A chassis is judged once
+// its agent's facts report names them all. The agent's other loops (the
+// golden cache, the inventory, the quota) write into status.reported
+// before the facts arrive, and a chassis judged on those alone would be
+// denied for facts its agent has not sent yet. A nil f leaves out all four.
+func (f *ReportedFacts) UnreportedFacts() []string {
+	if f == nil {
+		return []string{"disk", "networkGbps", "sipEnabled", "virtualizationEntitlement"}
+	}
+	var out []string
+	for _, fact := range []struct {
+		name string
+		set  bool
+	}{
+		{"disk", f.Disk != nil},
+		{"networkGbps", f.NetworkGbps != nil},
+		{"sipEnabled", f.SIPEnabled != nil},
+		{"virtualizationEntitlement", f.VirtualizationEntitlement != nil},
+	} {
+		if !fact.set {
+			out = append(out, fact.name)
+		}
+	}
+	return out
 }
 
 // GuestKeyAlgorithm is the one sealing scheme: HPKE (RFC 9180) base mode
