@@ -320,6 +320,7 @@ type MacOSInstanceStatus struct {
 // +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.imageName`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.nodeName`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.runtime.phase`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Placed")].reason`
 // +kubebuilder:printcolumn:name="Ready",type=boolean,JSONPath=`.status.runtime.readyForWork`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 

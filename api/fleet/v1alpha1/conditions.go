@@ -55,7 +55,10 @@ const (
 	// ReasonQuarantineStarted (an Event): the chassis was fenced.
 	ReasonQuarantineStarted  = "QuarantineStarted"
 	ReasonAwaitingCompliance = "AwaitingCompliance"
-	ReasonRetired            = "Retired"
+	// ReasonAwaitingFacts: Ready's reason while the agent has not reported
+	// the facts the policies judge; the chassis is not judged until then.
+	ReasonAwaitingFacts = "AwaitingFacts"
+	ReasonRetired       = "Retired"
 	// ReasonDiskLeftUnwiped (an Event): the operator let an instance of a
 	// retired chassis go without its disk wiped.
 	ReasonDiskLeftUnwiped = "DiskLeftUnwiped"

@@ -12,9 +12,13 @@ type MacNodePhase string
 
 // The phases of a MacNode.
 const (
-	// MacNodePending: recorded at unboxing, no agent has reported yet.
+	// MacNodePending: recorded at unboxing; its agent has not reported the
+	// facts the policies judge (ReportedFacts.UnreportedFacts), so it is
+	// not judged yet: it waits for facts.
 	MacNodePending MacNodePhase = "Pending"
-	// MacNodeEnrolled: the agent reports, but the chassis is not (yet) fit to lease.
+	// MacNodeEnrolled: its agent reported its facts, but the chassis is not
+	// fit to lease: a rule refuses them (HardwareCompliant says which), or
+	// its agent is silent (AgentReady=False, HeartbeatMissed).
 	MacNodeEnrolled MacNodePhase = "Enrolled"
 	// MacNodeReady: commercial hardware, healthy agent, free to lease.
 	MacNodeReady MacNodePhase = "Ready"
@@ -222,6 +226,34 @@ type ReportedFacts struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	BootID string `json:"bootID,omitempty"`
+}
+
+// UnreportedFacts names, by their JSON names, the facts that node.commercial
+// and quota.never-circumvent judge and that f leaves out: the disk, the NIC
+// speed, SIP and the virtualization entitlement. A chassis is judged once
+// its agent's facts report names them all. The agent's other loops (the
+// golden cache, the inventory, the quota) write into status.reported
+// before the facts arrive, and a chassis judged on those alone would be
+// denied for facts its agent has not sent yet. A nil f leaves out all four.
+func (f *ReportedFacts) UnreportedFacts() []string {
+	if f == nil {
+		return []string{"disk", "networkGbps", "sipEnabled", "virtualizationEntitlement"}
+	}
+	var out []string
+	for _, fact := range []struct {
+		name string
+		set  bool
+	}{
+		{"disk", f.Disk != nil},
+		{"networkGbps", f.NetworkGbps != nil},
+		{"sipEnabled", f.SIPEnabled != nil},
+		{"virtualizationEntitlement", f.VirtualizationEntitlement != nil},
+	} {
+		if !fact.set {
+			out = append(out, fact.name)
+		}
+	}
+	return out
 }
 
 // GuestKeyAlgorithm is the one sealing scheme: HPKE (RFC 9180) base mode
@@ -607,6 +639,7 @@ type MacNodeStatus struct {
 // +kubebuilder:printcolumn:name="Serial",type=string,JSONPath=`.spec.serial`
 // +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.nodeClassName`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.status.conditions[?(@.type=="AgentReady")].reason`
 // +kubebuilder:printcolumn:name="Tenant",type=string,JSONPath=`.status.binding.leaseNamespace`
 // +kubebuilder:printcolumn:name="Lease",type=string,JSONPath=`.status.binding.leaseName`
 // +kubebuilder:printcolumn:name="Quarantined",type=date,JSONPath=`.status.quarantine.quarantinedAt`,priority=1
@@ -614,7 +647,7 @@ type MacNodeStatus struct {
 // +kubebuilder:printcolumn:name="Goldens",type=string,JSONPath=`.status.reported.images[*].name`,priority=1
 // +kubebuilder:printcolumn:name="Pulls",type=string,JSONPath=`.status.reported.images[*].phase`,priority=1
 // +kubebuilder:printcolumn:name="Retired",type=boolean,JSONPath=`.spec.retired`,priority=1
-// +kubebuilder:printcolumn:name="Release After",type=date,JSONPath=`.status.binding.earliestReleaseAt`,priority=1
+// +kubebuilder:printcolumn:name="Release After",type=string,format=date-time,JSONPath=`.status.binding.earliestReleaseAt`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // MacNode is one physical Mac mini, by serial.

@@ -161,11 +161,17 @@ const ReservationFieldManager = "macrack-admission"
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=mnl,categories=macrack
+// The columns read only fields the operator writes anyway, at a transition:
+// a column that changed with time would cost a write per lease per tick.
+// Reason is the Bound condition's, which says why a Pending lease waits.
+// Committed Until is a string, not a date: kubectl renders a date as the
+// time since it, and a future one as <invalid>.
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Bound")].reason`
 // +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.nodeClassName`
 // +kubebuilder:printcolumn:name="Serial",type=string,JSONPath=`.status.serial`
 // +kubebuilder:printcolumn:name="Bound At",type=date,JSONPath=`.status.boundAt`
-// +kubebuilder:printcolumn:name="Earliest Release",type=string,format=date-time,JSONPath=`.status.earliestReleaseAt`
+// +kubebuilder:printcolumn:name="Committed Until",type=string,format=date-time,JSONPath=`.status.earliestReleaseAt`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // MacNodeLease gives its namespace one whole chassis of a class, for at least

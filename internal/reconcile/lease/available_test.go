@@ -6,6 +6,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
@@ -69,5 +70,43 @@ func TestAReleaseWaitsOnlyForAChassisThatWillComeBack(t *testing.T) {
 				t.Fatalf("waits %v, want %v", got, tc.waits)
 			}
 		})
+	}
+}
+
+// TestEachQuarantineStepIsAnEventOnTheLease: the tenant gets one Event per
+// step of the loop, the rebooting step included, though only the first and
+// the last flip ChassisAvailable; a pass that changes nothing, the
+// control, emits none.
+func TestEachQuarantineStepIsAnEventOnTheLease(t *testing.T) {
+	at := metav1.NewTime(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
+	rec := events.NewFakeRecorder(10)
+	r := &Reconciler{Recorder: rec}
+	lease := &leasingv1alpha1.MacNodeLease{}
+	node := &fleetv1alpha1.MacNode{Spec: fleetv1alpha1.MacNodeSpec{Serial: "C02A"}}
+	steps := []struct {
+		phase fleetv1alpha1.MacNodePhase
+		q     *fleetv1alpha1.QuarantineStatus
+		want  string // the Event's reason; "" for none
+	}{
+		{fleetv1alpha1.MacNodeLeased, nil, ""},
+		{fleetv1alpha1.MacNodeQuarantined, &fleetv1alpha1.QuarantineStatus{QuarantinedAt: at}, leasingv1alpha1.ReasonChassisQuarantined},
+		{fleetv1alpha1.MacNodeQuarantined, &fleetv1alpha1.QuarantineStatus{QuarantinedAt: at}, ""},
+		{fleetv1alpha1.MacNodeRebooting, &fleetv1alpha1.QuarantineStatus{QuarantinedAt: at, RebootRequestedAt: &at}, leasingv1alpha1.ReasonChassisRebooting},
+		{fleetv1alpha1.MacNodeRebooting, &fleetv1alpha1.QuarantineStatus{QuarantinedAt: at, RebootRequestedAt: &at, RebootedAt: &at}, ""},
+		{fleetv1alpha1.MacNodeLeased, &fleetv1alpha1.QuarantineStatus{QuarantinedAt: at, RebootRequestedAt: &at, RebootedAt: &at, RecoveredAt: &at}, leasingv1alpha1.ReasonChassisRecovered},
+		{fleetv1alpha1.MacNodeLeased, &fleetv1alpha1.QuarantineStatus{QuarantinedAt: at, RebootRequestedAt: &at, RebootedAt: &at, RecoveredAt: &at}, ""},
+	}
+	for i, step := range steps {
+		node.Status.Phase, node.Status.Quarantine = step.phase, step.q
+		r.setChassisAvailable(&scope{lease: lease, node: node}, 1, at)
+		var got string
+		select {
+		case e := <-rec.Events:
+			got = e
+		default:
+		}
+		if step.want == "" && got != "" || step.want != "" && !strings.Contains(got, " "+step.want+" ") {
+			t.Fatalf("step %d (%s): got Event %q, want reason %q", i, step.phase, got, step.want)
+		}
 	}
 }

@@ -106,13 +106,20 @@ func (r *Reconciler) updateStatus(s *scope) {
 
 // setChassisAvailable tells the tenant whether its chassis serves it, and,
 // with an Event, when that changes: a quarantine is an outage the tenant
-// sees, with what happens and why.
+// sees, with what happens and why. Each step of the outage is an Event of
+// its own (quarantined, rebooting, needs attention, recovered): the steps
+// between the first and the last change the reason, not the status.
 func (r *Reconciler) setChassisAvailable(s *scope, gen int64, now metav1.Time) {
 	lease := s.lease
 	c := &lease.Status.Conditions
 	was := conditions.IsTrue(*c, leasingv1alpha1.ConditionChassisAvailable)
+	var wasReason string
+	if prev := meta.FindStatusCondition(*c, leasingv1alpha1.ConditionChassisAvailable); prev != nil {
+		wasReason = prev.Reason
+	}
 	cond := chassisAvailable(s.node)
-	if !conditions.Set(c, cond, gen, now) || s.node == nil {
+	flipped := conditions.Set(c, cond, gen, now)
+	if !(flipped || cond.Reason != wasReason) || s.node == nil {
 		return
 	}
 	switch {

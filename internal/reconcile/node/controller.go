@@ -166,6 +166,9 @@ type scope struct {
 	classFound bool
 	// problems are the policies' reasons the chassis may not serve.
 	problems []string
+	// unreported are the facts the policies judge that the agent has not
+	// reported: until it has, the chassis is not judged.
+	unreported []string
 	// nodeFound is false when the agent has not registered the Node yet.
 	nodeFound bool
 	// orphaned: the binding's lease no longer exists.

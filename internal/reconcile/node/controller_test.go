@@ -2,11 +2,13 @@ package node
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -21,6 +23,7 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/audit"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	"github.com/boualleiguie/macrack-operator/internal/taints"
@@ -83,6 +86,10 @@ func TestPhases(t *testing.T) {
 	slow.NetworkGbps = ptr.To(int32(1))
 	sipOff := good()
 	sipOff.SIPEnabled = ptr.To(false)
+	cacheOnly := &fleetv1alpha1.ReportedFacts{Quota: &fleetv1alpha1.QuotaReport{State: fleetv1alpha1.QuotaOK},
+		ImageCache: &fleetv1alpha1.ImageCacheReport{Used: resource.MustParse("0"), Budget: resource.MustParse("200Gi")}}
+	noNIC := good()
+	noNIC.NetworkGbps = nil
 	cases := []struct {
 		name      string
 		facts     *fleetv1alpha1.ReportedFacts
@@ -91,6 +98,8 @@ func TestPhases(t *testing.T) {
 		problem   string
 	}{
 		{"a chassis whose agent has not reported is Pending", nil, true, fleetv1alpha1.MacNodePending, ""},
+		{"a chassis whose agent reported its golden cache and quota, not its facts, is Pending", cacheOnly, true, fleetv1alpha1.MacNodePending, ""},
+		{"a chassis whose facts name no NIC speed is Pending", noNIC, true, fleetv1alpha1.MacNodePending, ""},
 		{"a compliant chassis becomes Ready", good(), true, fleetv1alpha1.MacNodeReady, ""},
 		{"a chassis with a 1 Gb NIC stays Enrolled and says node.commercial", slow, true, fleetv1alpha1.MacNodeEnrolled, "node.commercial:"},
 		{"a chassis with SIP off stays Enrolled and says quota.never-circumvent", sipOff, true, fleetv1alpha1.MacNodeEnrolled, "quota.never-circumvent:"},
@@ -142,5 +151,49 @@ func TestTheNodesTaintsFollowTheBindingAndForeignTaintsStay(t *testing.T) {
 	want := []corev1.Taint{notReady, taints.Desired("tenant-a")[0]}
 	if len(node.Spec.Taints) != 2 || node.Spec.Taints[0] != want[0] || node.Spec.Taints[1] != want[1] || node.Labels[taints.TenantLabel] != "tenant-a" {
 		t.Fatalf("taints %v labels %v, want %v and the tenant label", node.Spec.Taints, node.Labels, want)
+	}
+}
+
+// TestAChassisIsJudgedOnlyOnceItsFactsAreIn: before its agent reports the
+// facts the policies judge, a chassis records no denial, is not Ready and
+// says it waits for facts; once a compliant report is in, it is Ready; a
+// non-compliant one, the positive control, records the denial naming the
+// rule.
+func TestAChassisIsJudgedOnlyOnceItsFactsAreIn(t *testing.T) {
+	slow := good()
+	slow.NetworkGbps = ptr.To(int32(1))
+	sipOff := good()
+	sipOff.SIPEnabled = ptr.To(false)
+	early := &fleetv1alpha1.ReportedFacts{Quota: &fleetv1alpha1.QuotaReport{State: fleetv1alpha1.QuotaOK}}
+	for _, tc := range []struct {
+		name    string
+		facts   *fleetv1alpha1.ReportedFacts
+		phase   fleetv1alpha1.MacNodePhase
+		ready   string // Ready's reason
+		denials []string
+	}{
+		{"before its facts: no denial, waits for facts", early, fleetv1alpha1.MacNodePending, fleetv1alpha1.ReasonAwaitingFacts, nil},
+		{"compliant facts: Ready", good(), fleetv1alpha1.MacNodeReady, string(fleetv1alpha1.MacNodeReady), nil},
+		{"a 1 Gb NIC: denied by node.commercial", slow, fleetv1alpha1.MacNodeEnrolled, fleetv1alpha1.ReasonAwaitingCompliance, []string{"node.commercial"}},
+		{"SIP off: denied by quota.never-circumvent", sipOff, fleetv1alpha1.MacNodeEnrolled, fleetv1alpha1.ReasonAwaitingCompliance, []string{"quota.never-circumvent"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, c := reconciler(t, macNode(tc.facts), class())
+			r.Denials = audit.NewDenials(16, nil)
+			mn := run(t, r, c)
+			ready := meta.FindStatusCondition(mn.Status.Conditions, fleetv1alpha1.ConditionReady)
+			if mn.Status.Phase != tc.phase || ready == nil || ready.Reason != tc.ready {
+				t.Fatalf("phase %s, Ready %+v; want %s, reason %s", mn.Status.Phase, ready, tc.phase, tc.ready)
+			}
+			var rules []string
+			for r.Denials.Len() > 0 {
+				d, _ := r.Denials.Next(context.Background())
+				rules = append(rules, d.Rule)
+			}
+			slices.Sort(rules)
+			if rules = slices.Compact(rules); !slices.Equal(rules, tc.denials) {
+				t.Fatalf("denials %v, want %v", rules, tc.denials)
+			}
+		})
 	}
 }

@@ -28,7 +28,7 @@ func derivePhase(s *scope) {
 	mn := s.node
 	st := &mn.Status
 	q := st.Quarantine
-	compliant := s.classFound && st.Reported != nil && len(s.problems) == 0
+	compliant := s.classFound && len(s.unreported) == 0 && len(s.problems) == 0
 	switch {
 	case mn.Spec.Retired:
 		st.Phase = fleetv1alpha1.MacNodeRetired
@@ -38,7 +38,7 @@ func derivePhase(s *scope) {
 		st.Phase = fleetv1alpha1.MacNodeQuarantined
 	case st.Binding != nil:
 		st.Phase = fleetv1alpha1.MacNodeLeased
-	case st.Reported == nil:
+	case len(s.unreported) > 0:
 		st.Phase = fleetv1alpha1.MacNodePending
 	case compliant && s.agent != metav1.ConditionFalse:
 		st.Phase = fleetv1alpha1.MacNodeReady
@@ -99,9 +99,13 @@ func (r *Reconciler) reconcileOrphanBinding(ctx context.Context, s *scope) (ctrl
 }
 
 // assessCompliance asks the policies whether this chassis may enter service
-// now: the write the operator would make, from Enrolled to Ready.
+// now: the write the operator would make, from Enrolled to Ready. It asks
+// only once the agent has reported the facts the policies judge: before,
+// every rule would refuse for a fact not sent yet, and record a denial for
+// a chassis that merely waits.
 func (r *Reconciler) assessCompliance(ctx context.Context, s *scope) error {
 	mn := s.node
+	s.unreported = mn.Status.Reported.UnreportedFacts()
 	class := &fleetv1alpha1.MacNodeClass{}
 	err := r.Client.Get(ctx, client.ObjectKey{Name: mn.Spec.NodeClassName}, class)
 	switch {
@@ -112,7 +116,7 @@ func (r *Reconciler) assessCompliance(ctx context.Context, s *scope) error {
 		return fmt.Errorf("getting MacNodeClass %s: %w", mn.Spec.NodeClassName, err)
 	}
 	s.classFound, s.class = true, class
-	if mn.Status.Reported == nil {
+	if len(s.unreported) > 0 {
 		return nil
 	}
 	from := mn.DeepCopy()

@@ -21,8 +21,9 @@ func (r *Reconciler) updateStatus(s *scope) {
 	switch {
 	case !s.classFound:
 		conditions.Set(c, conditions.False(fleetv1alpha1.ConditionHardwareCompliant, fleetv1alpha1.ReasonClassNotFound, strings.Join(s.problems, "; ")), gen, s.now)
-	case st.Reported == nil:
-		conditions.Set(c, conditions.Unknown(fleetv1alpha1.ConditionHardwareCompliant, fleetv1alpha1.ReasonNotReported, "the host agent has not reported yet"), gen, s.now)
+	case len(s.unreported) > 0:
+		conditions.Set(c, conditions.Unknown(fleetv1alpha1.ConditionHardwareCompliant, fleetv1alpha1.ReasonNotReported,
+			"not judged yet: the host agent has not reported "+strings.Join(s.unreported, ", ")), gen, s.now)
 	case len(s.problems) > 0:
 		if conditions.Set(c, conditions.False(fleetv1alpha1.ConditionHardwareCompliant, fleetv1alpha1.ReasonPolicyViolation, strings.Join(s.problems, "; ")), gen, s.now) {
 			s.tell(corev1.EventTypeWarning, "HardwareNotCompliant", "Assess", strings.Join(s.problems, "; "))
@@ -65,6 +66,9 @@ func (r *Reconciler) updateStatus(s *scope) {
 		conditions.Set(c, conditions.False(fleetv1alpha1.ConditionReady, fleetv1alpha1.ReasonHeartbeatMissed, s.agentMessage), gen, s.now)
 	case st.Phase == fleetv1alpha1.MacNodeReady, st.Phase == fleetv1alpha1.MacNodeLeased:
 		conditions.Set(c, conditions.True(fleetv1alpha1.ConditionReady, string(st.Phase), "the chassis serves leases"), gen, s.now)
+	case len(s.unreported) > 0:
+		conditions.Set(c, conditions.False(fleetv1alpha1.ConditionReady, fleetv1alpha1.ReasonAwaitingFacts,
+			"the chassis waits for its host agent to report "+strings.Join(s.unreported, ", ")), gen, s.now)
 	default:
 		conditions.Set(c, conditions.False(fleetv1alpha1.ConditionReady, fleetv1alpha1.ReasonAwaitingCompliance,
 			fmt.Sprintf("the chassis is %s", orPending(st.Phase))), gen, s.now)

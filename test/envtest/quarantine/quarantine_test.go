@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -310,6 +311,22 @@ func eventReasons(ns, name string) []string {
 	return out
 }
 
+// quarantineSteps are the lease's Events of the quarantine loop, the
+// Quarantine action's, oldest first.
+func quarantineSteps(ns, name string) []string {
+	GinkgoHelper()
+	list := &eventsv1.EventList{}
+	Expect(admin.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+	slices.SortStableFunc(list.Items, func(a, b eventsv1.Event) int { return a.EventTime.Compare(b.EventTime.Time) })
+	var out []string
+	for _, e := range list.Items {
+		if e.Regarding.Name == name && e.Action == "Quarantine" {
+			out = append(out, e.Reason)
+		}
+	}
+	return out
+}
+
 var _ = Describe("The quota-stuck loop", func() {
 
 	It("goes round from macrackctl sim quota-stick to the same tenant, its VM stopped cleanly, visible on the lease", func() {
@@ -346,7 +363,11 @@ var _ = Describe("The quota-stuck loop", func() {
 		Expect(admin.Get(ctx, client.ObjectKeyFromObject(c.first), first)).To(Succeed())
 		Expect(first.Status.Runtime.LastStop.Method).NotTo(Equal(computev1alpha1.StopForced))
 		Expect(c.agent.Reboots()).To(Equal(1))
-		Expect(eventReasons(c.tenant.Namespace, c.lease.Name)).To(ContainElement(leasingv1alpha1.ReasonChassisRecovered))
+		// The tenant reads each step on its lease, in order, the reboot
+		// included.
+		Eventually(func() []string {
+			return quarantineSteps(c.tenant.Namespace, c.lease.Name)
+		}).Should(Equal([]string{leasingv1alpha1.ReasonChassisQuarantined, leasingv1alpha1.ReasonChassisRebooting, leasingv1alpha1.ReasonChassisRecovered}))
 		Expect(eventReasons(metav1.NamespaceDefault, c.agent.Node)).To(ContainElements(
 			fleetv1alpha1.ReasonQuarantineStarted, fleetv1alpha1.ReasonRebootRequested, fleetv1alpha1.ReasonRebooted, fleetv1alpha1.ReasonRecovered))
 	})
