@@ -67,7 +67,7 @@ func TestWrongPins(t *testing.T) {
 		{"go minor only", `GO_VERSION: "1.26.8"`, `GO_VERSION: "1.26"`, "not a release such as"},
 		{"go as a number", `GO_VERSION: "1.26.8"`, `GO_VERSION: 1.26`, "not a string"},
 		{"action by tag", `actions/checkout@3d3c42e5aac5ba805825da76410c181273ba90b1`, `actions/checkout@v7`, "not pinned to a full commit SHA"},
-		{"macrackctl branch", `MACRACKCTL_VERSION: "299feeb1637e7bf299ac8b1e2faf843fcceb6145"`, `MACRACKCTL_VERSION: "main"`, "neither a release tag"},
+		{"macrackctl branch", `MACRACKCTL_VERSION: "a6af6603a71fa875fac09efcc3d63970484f40a0"`, `MACRACKCTL_VERSION: "main"`, "neither a release tag"},
 		{"macrackctl missing", `go install github.com/boualleiguie/macrack-operator/cmd/macrackctl@"$MACRACKCTL_VERSION"`, ``, "installed 0 times"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

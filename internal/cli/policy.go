@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"time"
 
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	"github.com/boualleiguie/macrack-operator/policies"
@@ -98,7 +99,9 @@ func loadEngine(ctx context.Context, cmd, dir string) (*policy.Engine, error) {
 		}
 		fsys, name = os.DirFS(dir), dir
 	}
-	eng, err := policy.Load(ctx, fsys)
+	// The webhook's 2 s bound keeps admission fast; offline, on a busy CI
+	// runner, a slow decision is still the right one.
+	eng, err := policy.Load(ctx, fsys, policy.WithTimeout(offlineDecideTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", errPolicies, name, err)
 	}
@@ -147,3 +150,6 @@ func readSource(e env, file string) ([]byte, error) {
 	}
 	return data, nil
 }
+
+// offlineDecideTimeout bounds one offline decision.
+const offlineDecideTimeout = 30 * time.Second
