@@ -50,6 +50,8 @@ type fleet struct {
 	// registry is the golden store; golden the sim golden's pinned reference.
 	registry *registry.Server
 	golden   string
+	// client is the admin's client, with the project's scheme.
+	client client.Client
 }
 
 // startFleet applies the agents' and tenants' roles, the sample class and
@@ -87,11 +89,12 @@ func startFleet(ctx context.Context, env *envtest.Environment, root string, n in
 	if err != nil {
 		return f, cleanup, err
 	}
+	f.client = c
 	if err := c.Create(ctx, kubeletca.KubeletAPIAdminBinding()); client.IgnoreAlreadyExists(err) != nil {
 		return f, cleanup, fmt.Errorf("binding the API server's kubelet client: %w", err)
 	}
 	for _, file := range []string{
-		"config/rbac/agent_role.yaml", "config/rbac/tenant_roles.yaml",
+		"config/rbac/agent_role.yaml", "config/rbac/tenant_roles.yaml", "config/rbac/catalog_reader.yaml",
 		"config/samples/fleet_v1alpha1_macnodeclass.yaml",
 	} {
 		if err := applyFile(ctx, c, filepath.Join(root, file)); err != nil {
