@@ -61,7 +61,7 @@ var (
 	runMarker  = regexp.MustCompile(`^<!--\s*run:\s*(.*?)\s*-->$`)
 	noRunMark  = regexp.MustCompile(`^<!--\s*norun:\s*(.*?)\s*-->$`)
 	outputMark = regexp.MustCompile(`^<!--\s*output\s*-->$`)
-	fenceOpen  = regexp.MustCompile("^(```+)\\s*([A-Za-z0-9_+-]*)")
+	fenceOpen  = regexp.MustCompile("^\\s*(```+)\\s*([A-Za-z0-9_+-]*)")
 )
 
 // Parse reads a page's shell blocks. It fails on a shell block with no

@@ -72,6 +72,7 @@ func TestParseRefusesWhatTheConventionDoesNot(t *testing.T) {
 		"a norun with no reason":   "<!-- norun: -->\n```sh\nkubectl get mi\n```\n",
 		"ran above, but did not":   "<!-- run: as=tenant -->\n```sh\nkubectl get mi\n```\n<!-- norun: ran above -->\n```sh\nkubectl get mnl\n```\n",
 		"output of a norun block":  "<!-- norun: needs a Mac -->\n```sh\nsw_vers\n```\n<!-- output -->\n```text\nmacOS\n```\n",
+		"an indented block":        "1. Lease it:\n\n   ```sh\n   kubectl get mnl\n   ```\n",
 	} {
 		if _, err := Parse([]byte(bad)); err == nil {
 			t.Errorf("%s: parsed", name)
