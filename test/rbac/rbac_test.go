@@ -494,3 +494,49 @@ func TestEveryoneReadsTheCatalogueAndOnlyIt(t *testing.T) {
 		t.Errorf("want one binding of people (the catalogue's), got %d", people)
 	}
 }
+
+// TestTheEditRoleGainsNoRBAC: on clusters that aggregate, the built-in edit
+// role gains macrack-aggregate-to-edit, which is macrack-tenant-edit
+// without what edit leaves to admin (Roles and RoleBindings) or already
+// holds (Secrets, ServiceAccounts, Events). A label that put
+// macrack-tenant-edit itself into edit would let every editor of every
+// namespace delegate.
+func TestTheEditRoleGainsNoRBAC(t *testing.T) {
+	all := roles(t)
+	agg, edit := all["macrack-aggregate-to-edit"], all["macrack-tenant-edit"]
+	if agg.Labels["rbac.authorization.k8s.io/aggregate-to-edit"] != "true" {
+		t.Fatal("macrack-aggregate-to-edit does not aggregate to edit")
+	}
+	for name, r := range all {
+		if r.Labels["rbac.authorization.k8s.io/aggregate-to-edit"] == "true" && name != "macrack-aggregate-to-edit" {
+			t.Errorf("%s aggregates to edit", name)
+		}
+	}
+	leftToEdit := map[string]bool{"events": true, "serviceaccounts": true, "secrets": true}
+	for _, rule := range edit.Rules {
+		for _, g := range rule.APIGroups {
+			for _, res := range rule.Resources {
+				for _, v := range rule.Verbs {
+					in := grants(agg, g, res, v)
+					switch {
+					case g == "rbac.authorization.k8s.io" && in:
+						t.Errorf("edit would gain %s %s", v, res)
+					case g != "rbac.authorization.k8s.io" && !leftToEdit[res] && !in:
+						t.Errorf("edit would lack %s %s/%s, which macrack-tenant-edit has", v, g, res)
+					}
+				}
+			}
+		}
+	}
+	for _, rule := range agg.Rules {
+		for _, g := range rule.APIGroups {
+			for _, res := range rule.Resources {
+				for _, v := range rule.Verbs {
+					if !grants(edit, g, res, v) {
+						t.Errorf("edit would gain %s %s/%s, which macrack-tenant-edit lacks", v, g, res)
+					}
+				}
+			}
+		}
+	}
+}
