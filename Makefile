@@ -255,7 +255,9 @@ envtest: controlplane registry nats ## Integration suites against a real kube-ap
 # Four packages at once, the longest suites first (go test starts packages in
 # the order given), so the run is not their tail. -vet=off: make test runs
 # all of go vet on the same packages.
-SLOW_SUITES := $(addprefix ./test/envtest/,quarantine scale images instances leases)
+# docs runs the guides on a make run cluster (about 3 minutes, most of it
+# waiting on the sim VMs and jobs).
+SLOW_SUITES := $(addprefix ./test/envtest/,quarantine scale images instances leases docs)
 
 .PHONY: go-tests
 go-tests: controlplane registry nats

@@ -59,7 +59,7 @@ func build(in *inputs, o options) (*bundle, error) {
 		return nil, err
 	}
 
-	clusterPerms, perms, shipped, err := operatorRBAC(in, sa, dep.Namespace)
+	clusterPerms, perms, shipped, shippedBindings, err := operatorRBAC(in, sa, dep.Namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -149,6 +149,15 @@ func build(in *inputs, o options) (*bundle, error) {
 	for _, r := range shipped {
 		b.files[fmt.Sprintf("manifests/%s_rbac.authorization.k8s.io_v1_clusterrole.yaml", r.Name)] = withTrailingNewline(r.raw)
 	}
+	// OLM's catalog operator creates a bundle's ClusterRoleBindings as they
+	// are (InstallPlan steps of kind ClusterRoleBinding).
+	for _, crb := range shippedBindings {
+		raw := in.bindingDocs[crb.Name]
+		if raw == nil {
+			return nil, fmt.Errorf("ClusterRoleBinding %s: no document", crb.Name)
+		}
+		b.files[fmt.Sprintf("manifests/%s_rbac.authorization.k8s.io_v1_clusterrolebinding.yaml", crb.Name)] = withTrailingNewline(raw)
+	}
 
 	channels := strings.Split(o.channels, ",")
 	if !contains(channels, o.defaultChannel) {
@@ -207,9 +216,11 @@ func containerPort(ports []corev1.ContainerPort, name string) (int32, error) {
 // operatorRBAC splits config/rbac into the CSV's clusterPermissions and
 // permissions (the rules of the roles bound to the operator's ServiceAccount)
 // and the ClusterRoles the bundle ships as they are (bound by nobody here: by
-// tenants' administrators, or by `macrackctl node enroll` for each agent).
+// tenants' administrators, or by `macrackctl node enroll` for each agent),
+// with the one kind of ClusterRoleBinding it ships as it is: groups bound to
+// a shipped ClusterRole that only reads (the catalogue every tenant reads).
 // Anything the bundle cannot express is an error rather than a silent drop.
-func operatorRBAC(in *inputs, sa, namespace string) (cluster, namespaced []rbacv1.PolicyRule, shipped []clusterRole, err error) {
+func operatorRBAC(in *inputs, sa, namespace string) (cluster, namespaced []rbacv1.PolicyRule, shipped []clusterRole, shippedBindings []rbacv1.ClusterRoleBinding, err error) {
 	isOperator := func(subjects []rbacv1.Subject) (bool, error) {
 		op := false
 		for _, s := range subjects {
@@ -231,13 +242,17 @@ func operatorRBAC(in *inputs, sa, namespace string) (cluster, namespaced []rbacv
 	}
 	usedCluster, usedRoles := map[string]bool{}, map[string]bool{}
 	for _, crb := range in.clusterRoleBindings {
+		if r, ok := clusterRoles[crb.RoleRef.Name]; ok && crb.RoleRef.Kind == "ClusterRole" && groupsOnly(crb.Subjects) && readOnly(r.Rules) {
+			shippedBindings = append(shippedBindings, crb)
+			continue
+		}
 		op, err := isOperator(crb.Subjects)
 		if err != nil || !op {
-			return nil, nil, nil, fmt.Errorf("config/rbac ClusterRoleBinding %s: %w", crb.Name, orNoSubject(err))
+			return nil, nil, nil, nil, fmt.Errorf("config/rbac ClusterRoleBinding %s: %w", crb.Name, orNoSubject(err))
 		}
 		r, ok := clusterRoles[crb.RoleRef.Name]
 		if crb.RoleRef.Kind != "ClusterRole" || !ok {
-			return nil, nil, nil, fmt.Errorf("config/rbac ClusterRoleBinding %s: its ClusterRole %s is not in config/rbac", crb.Name, crb.RoleRef.Name)
+			return nil, nil, nil, nil, fmt.Errorf("config/rbac ClusterRoleBinding %s: its ClusterRole %s is not in config/rbac", crb.Name, crb.RoleRef.Name)
 		}
 		usedCluster[r.Name] = true
 		cluster = append(cluster, r.Rules...)
@@ -245,23 +260,23 @@ func operatorRBAC(in *inputs, sa, namespace string) (cluster, namespaced []rbacv
 	for _, rb := range in.roleBindings {
 		op, err := isOperator(rb.Subjects)
 		if err != nil || !op {
-			return nil, nil, nil, fmt.Errorf("config/rbac RoleBinding %s/%s: %w", rb.Namespace, rb.Name, orNoSubject(err))
+			return nil, nil, nil, nil, fmt.Errorf("config/rbac RoleBinding %s/%s: %w", rb.Namespace, rb.Name, orNoSubject(err))
 		}
 		if rb.Namespace != namespace {
-			return nil, nil, nil, fmt.Errorf("config/rbac RoleBinding %s/%s: outside the operator's namespace %s, which OLM cannot grant", rb.Namespace, rb.Name, namespace)
+			return nil, nil, nil, nil, fmt.Errorf("config/rbac RoleBinding %s/%s: outside the operator's namespace %s, which OLM cannot grant", rb.Namespace, rb.Name, namespace)
 		}
 		switch rb.RoleRef.Kind {
 		case "Role":
 			r, ok := roles[rb.Namespace+"/"+rb.RoleRef.Name]
 			if !ok {
-				return nil, nil, nil, fmt.Errorf("config/rbac RoleBinding %s/%s: its Role %s is not in config/rbac", rb.Namespace, rb.Name, rb.RoleRef.Name)
+				return nil, nil, nil, nil, fmt.Errorf("config/rbac RoleBinding %s/%s: its Role %s is not in config/rbac", rb.Namespace, rb.Name, rb.RoleRef.Name)
 			}
 			usedRoles[rb.Namespace+"/"+r.Name] = true
 			namespaced = append(namespaced, r.Rules...)
 		case "ClusterRole":
 			r, ok := clusterRoles[rb.RoleRef.Name]
 			if !ok {
-				return nil, nil, nil, fmt.Errorf("config/rbac RoleBinding %s/%s: its ClusterRole %s is not in config/rbac", rb.Namespace, rb.Name, rb.RoleRef.Name)
+				return nil, nil, nil, nil, fmt.Errorf("config/rbac RoleBinding %s/%s: its ClusterRole %s is not in config/rbac", rb.Namespace, rb.Name, rb.RoleRef.Name)
 			}
 			usedCluster[r.Name] = true
 			namespaced = append(namespaced, r.Rules...)
@@ -269,7 +284,7 @@ func operatorRBAC(in *inputs, sa, namespace string) (cluster, namespaced []rbacv
 	}
 	for key := range roles {
 		if !usedRoles[key] {
-			return nil, nil, nil, fmt.Errorf("config/rbac Role %s is bound to nobody; a bundle cannot ship it", key)
+			return nil, nil, nil, nil, fmt.Errorf("config/rbac Role %s is bound to nobody; a bundle cannot ship it", key)
 		}
 	}
 	for _, r := range in.clusterRoles {
@@ -279,13 +294,13 @@ func operatorRBAC(in *inputs, sa, namespace string) (cluster, namespaced []rbacv
 	}
 	for _, s := range in.serviceAccounts {
 		if s.Name != sa || s.Namespace != namespace {
-			return nil, nil, nil, fmt.Errorf("config/rbac ServiceAccount %s/%s: OLM creates the operator's %s only", s.Namespace, s.Name, sa)
+			return nil, nil, nil, nil, fmt.Errorf("config/rbac ServiceAccount %s/%s: OLM creates the operator's %s only", s.Namespace, s.Name, sa)
 		}
 	}
 	if len(cluster) == 0 {
-		return nil, nil, nil, fmt.Errorf("no ClusterRole in config/rbac is bound to %s/%s", namespace, sa)
+		return nil, nil, nil, nil, fmt.Errorf("no ClusterRole in config/rbac is bound to %s/%s", namespace, sa)
 	}
-	return cluster, namespaced, shipped, nil
+	return cluster, namespaced, shipped, shippedBindings, nil
 }
 
 func orNoSubject(err error) error {
@@ -524,4 +539,29 @@ func withTrailingNewline(b []byte) []byte {
 		b = append(b, '\n')
 	}
 	return b
+}
+
+// groupsOnly says whether a binding names groups, and nothing else.
+func groupsOnly(subjects []rbacv1.Subject) bool {
+	for _, s := range subjects {
+		if s.Kind != rbacv1.GroupKind {
+			return false
+		}
+	}
+	return len(subjects) > 0
+}
+
+// readOnly says whether rules only get, list and watch resources.
+func readOnly(rules []rbacv1.PolicyRule) bool {
+	for _, r := range rules {
+		if len(r.NonResourceURLs) > 0 {
+			return false
+		}
+		for _, v := range r.Verbs {
+			if v != "get" && v != "list" && v != "watch" {
+				return false
+			}
+		}
+	}
+	return len(rules) > 0
 }

@@ -29,8 +29,11 @@ type inputs struct {
 	clusterRoles        []clusterRole
 	roles               []rbacv1.Role
 	clusterRoleBindings []rbacv1.ClusterRoleBinding
-	roleBindings        []rbacv1.RoleBinding
-	serviceAccounts     []metav1.ObjectMeta
+	// bindingDocs keeps each ClusterRoleBinding's document, comments
+	// included, by name: one the bundle ships as it is is copied.
+	bindingDocs     map[string][]byte
+	roleBindings    []rbacv1.RoleBinding
+	serviceAccounts []metav1.ObjectMeta
 	// webhooks of config/webhook/manifests.yaml.
 	mutating   []admissionregistrationv1.MutatingWebhookConfiguration
 	validating []admissionregistrationv1.ValidatingWebhookConfiguration
@@ -163,6 +166,10 @@ func (in *inputs) loadRBAC(root string) error {
 				var o rbacv1.ClusterRoleBinding
 				err := yaml.UnmarshalStrict(doc, &o)
 				in.clusterRoleBindings = append(in.clusterRoleBindings, o)
+				if in.bindingDocs == nil {
+					in.bindingDocs = map[string][]byte{}
+				}
+				in.bindingDocs[o.Name] = doc
 				return err
 			case "RoleBinding":
 				var o rbacv1.RoleBinding

@@ -277,3 +277,25 @@ func keysOf(m map[string][]byte) []string {
 	}
 	return out
 }
+
+// The catalogue's one binding, every authenticated user to a role that only
+// reads, ships as it is; the same group bound to a role that writes does
+// not (TestABindingTheBundleCannotCarryIsRefused).
+func TestTheCatalogueBindingShipsAsItIs(t *testing.T) {
+	_, b, _ := generated(t)
+	raw, ok := b.files["manifests/macrack-catalog-reader_rbac.authorization.k8s.io_v1_clusterrolebinding.yaml"]
+	if !ok {
+		t.Fatalf("the bundle has no macrack-catalog-reader ClusterRoleBinding: %v", keysOf(b.files))
+	}
+	var crb rbacv1.ClusterRoleBinding
+	if err := yaml.Unmarshal(raw, &crb); err != nil {
+		t.Fatal(err)
+	}
+	if crb.RoleRef.Name != "macrack-catalog-reader" || len(crb.Subjects) != 1 ||
+		crb.Subjects[0].Kind != rbacv1.GroupKind || crb.Subjects[0].Name != "system:authenticated" {
+		t.Fatalf("binding %+v", crb)
+	}
+	if _, ok := b.files["manifests/macrack-catalog-reader_rbac.authorization.k8s.io_v1_clusterrole.yaml"]; !ok {
+		t.Fatal("the bundle binds macrack-catalog-reader but does not ship it")
+	}
+}

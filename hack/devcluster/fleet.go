@@ -35,9 +35,7 @@ import (
 const (
 	defaultFleetSize = 4
 	inProcessAbove   = 8
-	// kubeletPort is the agents' kubelet API port, each on its own address.
-	kubeletPort = 10250
-	fleetClass  = "m4-16g-1t"
+	fleetClass       = "m4-16g-1t"
 	// enrollWorkers enroll a large fleet side by side.
 	enrollWorkers = 16
 )
@@ -50,6 +48,8 @@ type fleet struct {
 	// registry is the golden store; golden the sim golden's pinned reference.
 	registry *registry.Server
 	golden   string
+	// client is the admin's client, with the project's scheme.
+	client client.Client
 }
 
 // startFleet applies the agents' and tenants' roles, the sample class and
@@ -59,7 +59,8 @@ type fleet struct {
 // mini, or one simfleet process for them all past inProcessAbove.
 //
 // Each agent process serves its instances' kubelet API on its own
-// loopback address, 127.0.0.(10+i), enrolled as its chassis' address:
+// loopback address, 127.0.0.(10+i), enrolled as its chassis' address, on a
+// free port:
 // kubectl exec and logs reach the sim VMs through the API server, which
 // presents ca's client certificate. The in-process fleet serves none.
 func startFleet(ctx context.Context, env *envtest.Environment, root string, n int, ca *kubeletca.CA) (*fleet, func(), error) {
@@ -87,11 +88,12 @@ func startFleet(ctx context.Context, env *envtest.Environment, root string, n in
 	if err != nil {
 		return f, cleanup, err
 	}
+	f.client = c
 	if err := c.Create(ctx, kubeletca.KubeletAPIAdminBinding()); client.IgnoreAlreadyExists(err) != nil {
 		return f, cleanup, fmt.Errorf("binding the API server's kubelet client: %w", err)
 	}
 	for _, file := range []string{
-		"config/rbac/agent_role.yaml", "config/rbac/tenant_roles.yaml",
+		"config/rbac/agent_role.yaml", "config/rbac/tenant_roles.yaml", "config/rbac/catalog_reader.yaml",
 		"config/samples/fleet_v1alpha1_macnodeclass.yaml",
 	} {
 		if err := applyFile(ctx, c, filepath.Join(root, file)); err != nil {
@@ -106,10 +108,13 @@ func startFleet(ctx context.Context, env *envtest.Environment, root string, n in
 	for i := range serials {
 		serials[i] = fmt.Sprintf("C02SIM%06d", i+1)
 	}
-	addresses := map[string]string{}
+	addresses, kubeletAddresses := map[string]string{}, map[string]string{}
 	if n <= inProcessAbove {
 		for i, serial := range serials {
 			addresses[serial] = fmt.Sprintf("127.0.0.%d", 10+i)
+		}
+		if kubeletAddresses, err = freeKubeletAddresses(addresses); err != nil {
+			return f, cleanup, err
 		}
 	}
 	if err := enrollAll(ctx, c, env, stateRoot, serials, addresses); err != nil {
@@ -133,7 +138,7 @@ func startFleet(ctx context.Context, env *envtest.Environment, root string, n in
 			"--serial=" + serial, "--kubeconfig=" + filepath.Join(dir, simfleet.BootstrapKubeconfig), "--state-dir=" + dir,
 			"--agents-namespace=" + agentsNamespace, "--vm-helper=" + filepath.Join(bin, "vm-helper"),
 			"--heartbeat-interval=5s", "--zap-log-level=info",
-			"--kubelet-address=" + net.JoinHostPort(addresses[serial], strconv.Itoa(kubeletPort)), "--kubelet-client-ca-file=" + ca.CAFile,
+			"--kubelet-address=" + kubeletAddresses[serial], "--kubelet-client-ca-file=" + ca.CAFile,
 		})
 		if err != nil {
 			return f, cleanup, err
@@ -142,6 +147,22 @@ func startFleet(ctx context.Context, env *envtest.Environment, root string, n in
 		f.agents, f.minis = agents, n
 	}
 	return f, cleanup, nil
+}
+
+// freeKubeletAddresses picks each agent's kubelet API port free on its
+// address, as every other port of make run is, so that a second cluster (a
+// developer's make run beside the doc test) finds its own.
+func freeKubeletAddresses(addresses map[string]string) (map[string]string, error) {
+	out := map[string]string{}
+	for serial, addr := range addresses {
+		l, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("picking the kubelet API port of %s on %s: %w", serial, addr, err)
+		}
+		defer l.Close() // held until all are picked
+		out[serial] = net.JoinHostPort(addr, strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
+	}
+	return out, nil
 }
 
 // enrollAll enrolls each serial, as `macrackctl node enroll` does, and

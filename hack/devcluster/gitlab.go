@@ -11,19 +11,17 @@ import (
 	"strings"
 	"text/template"
 
-	workloadsv1alpha1 "github.com/boualleiguie/macrack-operator/api/workloads/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/gitlab/gitlabtest"
 )
 
 // The GitLabRunner demo of `make run`: a fake GitLab (the tests' own,
 // internal/gitlab/gitlabtest, over TLS) with one runner token registered,
 // and a manifest that runs a GitLabRunner against it in the namespace and
-// lease of docs/tenant.md's walkthrough. Jobs are queued with curl through
+// lease of docs/tenant.md's walkthrough, which the tenant applies. Jobs are queued with curl through
 // the fake's admin API (gitlabtest.AdminPrefix); the sim guests run them.
 const (
-	// demoNamespace is the walkthrough's namespace: bin/kubeconfig names
-	// none, so kubectl uses default, which the API server creates itself.
-	demoNamespace = "default"
+	// demoNamespace is the walkthrough's namespace, the tenant's.
+	demoNamespace = tenantNamespace
 	// demoLease is config/samples' lease, which the walkthrough applies.
 	demoLease  = "build-mini"
 	demoRunner = "demo-ci"
@@ -104,8 +102,8 @@ func (g *fakeGitLab) hint() string {
 	curl := "curl -sS --cacert " + g.caPath + " "
 	jobs := g.srv.URL() + gitlabtest.AdminPrefix + "jobs"
 	trace := fmt.Sprintf("%s/%d/trace", jobs, firstJobID)
-	return fmt.Sprintf(`    # GitLab CI jobs, each in a fresh VM, from the fake GitLab (docs/tenant.md, "Try it locally"):
-    # the runner needs the lease %s Bound, with no VMs of yours in it (kubectl apply -f config/samples)
+	return fmt.Sprintf(`    # GitLab CI jobs, each in a fresh VM, from the fake GitLab (docs/tenant.md, "Run CI jobs locally"):
+    # the runner needs the lease %s Bound, with no VMs of yours in it, and its identity (GitLabRunner, step 1)
     kubectl apply -f %s
     kubectl get glr -w
     %s-X POST %s -d '%s'
@@ -124,24 +122,23 @@ func newRunnerToken() (string, error) {
 	return "glrt-" + hex.EncodeToString(b), nil
 }
 
-// demoManifest is bin/gitlabrunner-demo.yaml: the runner identity exactly
-// as docs/tenant.md sets it up (the ServiceAccount, its binding to the
-// macrack-gitlab-runner ClusterRole, get on the token Secret by name), the
-// Secret, and a GitLabRunner of concurrency 2 on the sim golden, trusting
-// the fake's CA.
+// demoManifest is bin/gitlabrunner-demo.yaml: the token Secret and a
+// GitLabRunner of concurrency 2 on the sim golden, trusting the fake's CA.
+// The runner's identity is not in it: the tenant creates that with
+// docs/tenant.md's own commands (GitLabRunner, step 1), as the tenant, so
+// that the walkthrough runs the guide's setup under the tenant's role.
 func demoManifest(url, caBundle, token string) ([]byte, error) {
 	var b bytes.Buffer
 	err := demoTemplate.Execute(&b, map[string]any{
-		"Namespace":      demoNamespace,
-		"Lease":          demoLease,
-		"Runner":         demoRunner,
-		"ServiceAccount": workloadsv1alpha1.RunnerServiceAccount,
-		"Secret":         demoTokenSecret,
-		"Token":          token,
-		"Image":          simGoldenName,
-		"Tag":            demoTag,
-		"URL":            url,
-		"CABundle":       strings.TrimRight(caBundle, "\n"),
+		"Namespace": demoNamespace,
+		"Lease":     demoLease,
+		"Runner":    demoRunner,
+		"Secret":    demoTokenSecret,
+		"Token":     token,
+		"Image":     simGoldenName,
+		"Tag":       demoTag,
+		"URL":       url,
+		"CABundle":  strings.TrimRight(caBundle, "\n"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("rendering the GitLabRunner demo: %w", err)
@@ -154,59 +151,14 @@ var demoTemplate = template.Must(template.New("demo").Funcs(template.FuncMap{
 		pad := strings.Repeat(" ", n)
 		return pad + strings.ReplaceAll(s, "\n", "\n"+pad)
 	},
-}).Parse(`# The GitLabRunner demo of make run (docs/tenant.md, "Try it locally"):
+}).Parse(`# The GitLabRunner demo of make run (docs/tenant.md, "Run CI jobs locally"):
 # a runner in namespace {{.Namespace}}, on the lease {{.Lease}}, taking jobs from
 # make run's fake GitLab at {{.URL}}.
 # Written by make run for this run only: the fake's port and runner token
 # change with every run. It holds the runner token.
 #
-# Apply it once the lease is Bound and has no VMs of yours in it:
-#   kubectl apply -f config/samples
----
-apiVersion: v1
-kind: ServiceAccount
-metadata:
-  name: {{.ServiceAccount}}
-  namespace: {{.Namespace}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata:
-  name: {{.ServiceAccount}}
-  namespace: {{.Namespace}}
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: {{.ServiceAccount}}
-subjects:
-- kind: ServiceAccount
-  name: {{.ServiceAccount}}
-  namespace: {{.Namespace}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata:
-  name: {{.Secret}}
-  namespace: {{.Namespace}}
-rules:
-- apiGroups: [""]
-  resources: [secrets]
-  resourceNames: [{{.Secret}}]
-  verbs: [get]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata:
-  name: {{.Secret}}
-  namespace: {{.Namespace}}
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: Role
-  name: {{.Secret}}
-subjects:
-- kind: ServiceAccount
-  name: {{.ServiceAccount}}
-  namespace: {{.Namespace}}
+# Apply it, as the tenant, once the lease is Bound, has no VMs of yours in
+# it, and the runner's identity exists (docs/tenant.md, GitLabRunner, step 1).
 ---
 apiVersion: v1
 kind: Secret

@@ -105,6 +105,10 @@ func run(root, extraArgs string, fleetSize, jetStreamServers int) error {
 	if err != nil {
 		return err
 	}
+	tenantKubeconfig, err := writeTenantKubeconfig(env, filepath.Join(bin, "tenant.kubeconfig"))
+	if err != nil {
+		return err
+	}
 	if err := createNamespaces(env, policyNamespace, agentsNamespace); err != nil {
 		return err
 	}
@@ -164,6 +168,9 @@ func run(root, extraArgs string, fleetSize, jetStreamServers int) error {
 	if err != nil {
 		return err
 	}
+	if err := setUpTenant(ctx, fl.client); err != nil {
+		return err
+	}
 
 	today := time.Now().UTC().Truncate(24 * time.Hour)
 	fmt.Printf(`
@@ -182,9 +189,11 @@ host agents.
     audit stream (JetStream) %s
     fake GitLab              %s, CA %s
 
-    export KUBECONFIG=%s
-    export PATH=%s:$PATH    # kubectl v1.37.2, built from the module proxy
+    export PATH=%s:$PATH    # kubectl v1.37.2 and macrackctl
+    export KUBECONFIG=%s          # the platform's admin
     kubectl get mn,mnc,mimg
+    export KUBECONFIG=%s   # a tenant: macrack-tenant-edit in %s
+    kubectl get mnl,mi
 
     # the stuck kernel VM quota, on a chassis with fewer than two VMs running:
     %s sim quota-stick <serial>
@@ -198,7 +207,7 @@ host agents.
 Press Ctrl-C to stop everything.
 `, len(env.CRDs), fl.minis, fleetClass,
 		env.Config.Host, env.ControlPlane.Etcd.URL, w.LocalServingHost, w.LocalServingPort, metricsPort, probePort,
-		kcmPort, kcm.logPath, fl.registry.Host(), fl.golden, nats.describe(), gitLab.srv.URL(), gitLab.caPath, kubeconfigPath, filepath.Join(bin, "k8s"), filepath.Join(bin, "macrackctl"),
+		kcmPort, kcm.logPath, fl.registry.Host(), fl.golden, nats.describe(), gitLab.srv.URL(), gitLab.caPath, bin+string(filepath.ListSeparator)+filepath.Join(bin, "k8s"), kubeconfigPath, tenantKubeconfig, tenantNamespace, filepath.Join(bin, "macrackctl"),
 		filepath.Join(bin, "macrackctl"), nats.url, filepath.Join(bin, "macrackctl"), nats.url,
 		today.Format(time.RFC3339), today.Add(48*time.Hour).Format(time.RFC3339), gitLab.hint())
 

@@ -351,3 +351,192 @@ func TestTheOperatorOnlyCreatesAccessReviews(t *testing.T) {
 		t.Error("the operator may not create SubjectAccessReviews: runner.secret would refuse every GitLabRunner")
 	}
 }
+
+// grantsName is grants for a request on the object name ("" for a request
+// that names none: list, watch, create): a rule with resourceNames allows
+// only those names, and never a request without one.
+func grantsName(role rbacv1.ClusterRole, group, resource, verb, name string) bool {
+	for _, rule := range role.Rules {
+		if !contains(rule.APIGroups, group) || !contains(rule.Resources, resource) || !(contains(rule.Verbs, verb) || contains(rule.Verbs, "*")) {
+			continue
+		}
+		if len(rule.ResourceNames) == 0 || name != "" && contains(rule.ResourceNames, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// request is one API request a tenant's guide makes, or must be refused.
+type request struct{ group, resource, verb, name string }
+
+// TestTenantEditGrantsWhatTheGuideDoesAndNoMore holds macrack-tenant-edit
+// to docs/tenant.md: every request the guide makes as the tenant (which
+// test/envtest/docs runs), and none of those it must refuse. The cluster
+// binds the role in one namespace only (RoleBinding), so "other
+// namespaces" is the binding's (test/envtest/docs tries them).
+func TestTenantEditGrantsWhatTheGuideDoesAndNoMore(t *testing.T) {
+	edit := roles(t)["macrack-tenant-edit"]
+	for _, r := range []request{
+		{"leasing.macrack.io", "macnodeleases", "create", ""},
+		{"leasing.macrack.io", "macnodeleases", "delete", "build-mini"},
+		{"compute.macrack.io", "macosinstances", "patch", "ci-runner-1"},
+		{"workloads.macrack.io", "gitlabrunners", "create", ""},
+		{"", "pods/exec", "create", "ci-runner-1"},
+		{"", "pods/portforward", "create", "ci-runner-1"},
+		{"", "pods/log", "get", "ci-runner-1"},
+		{"", "events", "list", ""},
+		{"events.k8s.io", "events", "watch", ""},
+		// GitLabRunner, step 1 and 2.
+		{"", "serviceaccounts", "create", ""},
+		{"rbac.authorization.k8s.io", "rolebindings", "create", ""},
+		{"rbac.authorization.k8s.io", "roles", "create", ""},
+		{"", "secrets", "create", ""},
+		{"", "secrets", "get", "gitlab-runner-token"},
+	} {
+		if !grantsName(edit, r.group, r.resource, r.verb, r.name) {
+			t.Errorf("macrack-tenant-edit may not %s %s/%s %s, which docs/tenant.md does", r.verb, r.group, r.resource, r.name)
+		}
+	}
+	for _, r := range []request{
+		{"", "nodes", "list", ""},
+		{"", "nodes/proxy", "create", "c02sim000001"},
+		{"fleet.macrack.io", "macnodes", "list", ""},
+		{"fleet.macrack.io", "macnodes", "get", "c02sim000001"},
+		{"fleet.macrack.io", "macnodeclasses", "create", ""},
+		{"leasing.macrack.io", "macnodeleases/status", "update", "build-mini"},
+		{"compute.macrack.io", "macosinstances/status", "patch", "ci-runner-1"},
+		{"", "pods", "create", ""},
+		{"", "pods/eviction", "create", "ci-runner-1"},
+		{"", "secrets", "list", ""},
+		{"", "secrets", "get", "other-teams-token"},
+		{"", "secrets", "update", "gitlab-runner-token"},
+		{"", "serviceaccounts/token", "create", "macrack-gitlab-runner"},
+		{"rbac.authorization.k8s.io", "roles", "escalate", "gitlab-runner-token"},
+		{"rbac.authorization.k8s.io", "clusterroles", "bind", "admin"},
+		{"rbac.authorization.k8s.io", "rolebindings", "delete", "macrack-tenant-edit"},
+		{"rbac.authorization.k8s.io", "rolebindings", "update", "macrack-tenant-edit"},
+		{"rbac.authorization.k8s.io", "clusterrolebindings", "create", ""},
+		{"", "users", "impersonate", "admin"},
+		{"", "serviceaccounts", "impersonate", "macrack-gitlab-runner"},
+	} {
+		if grantsName(edit, r.group, r.resource, r.verb, r.name) {
+			t.Errorf("macrack-tenant-edit may %s %s/%s %s", r.verb, r.group, r.resource, r.name)
+		}
+	}
+	// The control: the check sees a grant by name, and a wider one.
+	wide := rbacv1.ClusterRole{Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list"}}}}
+	if !grantsName(wide, "", "secrets", "list", "") || !grantsName(wide, "", "secrets", "get", "other-teams-token") {
+		t.Error("the check misses a role that reads every Secret")
+	}
+	named := rbacv1.ClusterRole{Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"a"}, Verbs: []string{"get"}}}}
+	if !grantsName(named, "", "secrets", "get", "a") || grantsName(named, "", "secrets", "get", "b") || grantsName(named, "", "secrets", "get", "") {
+		t.Error("the check reads resourceNames wrong")
+	}
+}
+
+// TestEveryoneReadsTheCatalogueAndOnlyIt: the one binding config/rbac
+// makes to people is macrack-catalog-reader's, to every authenticated
+// user, and it reads classes and images, which name no tenant.
+func TestEveryoneReadsTheCatalogueAndOnlyIt(t *testing.T) {
+	reader, ok := roles(t)["macrack-catalog-reader"]
+	if !ok {
+		t.Fatal("no macrack-catalog-reader ClusterRole")
+	}
+	for _, rule := range reader.Rules {
+		for _, v := range rule.Verbs {
+			if v != "get" && v != "list" && v != "watch" {
+				t.Errorf("the catalogue role may %s", v)
+			}
+		}
+		if !slices.Equal(rule.APIGroups, []string{"fleet.macrack.io"}) {
+			t.Errorf("the catalogue role reaches %v", rule.APIGroups)
+		}
+		for _, res := range rule.Resources {
+			if res != "macnodeclasses" && res != "macosimages" {
+				t.Errorf("the catalogue role reads %s", res)
+			}
+		}
+	}
+	if !grantsName(reader, "fleet.macrack.io", "macnodeclasses", "list", "") || !grantsName(reader, "fleet.macrack.io", "macosimages", "watch", "") {
+		t.Error("the catalogue role does not read the classes and the images")
+	}
+	var bindings []rbacv1.ClusterRoleBinding
+	files, _ := filepath.Glob(filepath.Join("..", "..", "config", "rbac", "*.yaml"))
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range bytes.Split(data, []byte("\n---")) {
+			var b rbacv1.ClusterRoleBinding
+			if err := yaml.Unmarshal(doc, &b); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if b.Kind == "ClusterRoleBinding" {
+				bindings = append(bindings, b)
+			}
+		}
+	}
+	people := 0
+	for _, b := range bindings {
+		for _, s := range b.Subjects {
+			if s.Kind == rbacv1.ServiceAccountKind {
+				continue
+			}
+			people++
+			if b.RoleRef.Name != "macrack-catalog-reader" || s.Kind != rbacv1.GroupKind || s.Name != "system:authenticated" {
+				t.Errorf("ClusterRoleBinding %s binds %s %s to %s", b.Name, s.Kind, s.Name, b.RoleRef.Name)
+			}
+		}
+	}
+	if people != 1 {
+		t.Errorf("want one binding of people (the catalogue's), got %d", people)
+	}
+}
+
+// TestTheEditRoleGainsNoRBAC: on clusters that aggregate, the built-in edit
+// role gains macrack-aggregate-to-edit, which is macrack-tenant-edit
+// without what edit leaves to admin (Roles and RoleBindings) or already
+// holds (Secrets, ServiceAccounts, Events). A label that put
+// macrack-tenant-edit itself into edit would let every editor of every
+// namespace delegate.
+func TestTheEditRoleGainsNoRBAC(t *testing.T) {
+	all := roles(t)
+	agg, edit := all["macrack-aggregate-to-edit"], all["macrack-tenant-edit"]
+	if agg.Labels["rbac.authorization.k8s.io/aggregate-to-edit"] != "true" {
+		t.Fatal("macrack-aggregate-to-edit does not aggregate to edit")
+	}
+	for name, r := range all {
+		if r.Labels["rbac.authorization.k8s.io/aggregate-to-edit"] == "true" && name != "macrack-aggregate-to-edit" {
+			t.Errorf("%s aggregates to edit", name)
+		}
+	}
+	leftToEdit := map[string]bool{"events": true, "serviceaccounts": true, "secrets": true}
+	for _, rule := range edit.Rules {
+		for _, g := range rule.APIGroups {
+			for _, res := range rule.Resources {
+				for _, v := range rule.Verbs {
+					in := grants(agg, g, res, v)
+					switch {
+					case g == "rbac.authorization.k8s.io" && in:
+						t.Errorf("edit would gain %s %s", v, res)
+					case g != "rbac.authorization.k8s.io" && !leftToEdit[res] && !in:
+						t.Errorf("edit would lack %s %s/%s, which macrack-tenant-edit has", v, g, res)
+					}
+				}
+			}
+		}
+	}
+	for _, rule := range agg.Rules {
+		for _, g := range rule.APIGroups {
+			for _, res := range rule.Resources {
+				for _, v := range rule.Verbs {
+					if !grants(edit, g, res, v) {
+						t.Errorf("edit would gain %s %s/%s, which macrack-tenant-edit lacks", v, g, res)
+					}
+				}
+			}
+		}
+	}
+}
