@@ -188,4 +188,4 @@ func parseRun(args string, b *Block) error {
 // Pages are the guides the doc test runs, from the repository root. A page
 // joins once every shell block in it is marked; docs/platform-operator.md
 // and docs/compliance.md join when theirs are.
-var Pages = []string{"docs/tenant.md"}
+var Pages = []string{"docs/tenant.md", "docs/platform-operator.md", "docs/compliance.md"}
