@@ -264,15 +264,16 @@ go-tests: controlplane registry nats
 	go test $(GO_TEST_FLAGS) -ldflags '$(GO_TEST_LDFLAGS)' -vet=off -p 4 -timeout 25m $(SLOW_SUITES) ./...
 
 # On two cores a cold run is CPU-bound: what counts is CPU, and no idle core.
-# The tools build beside the control plane. vet, which compiles what the
+# The tools build beside the control plane (conftest too: the doc suite's
+# reviewer clone copies it, and would compile it again). vet, which compiles what the
 # tests need, waits for it: two go commands compiling a package at once both
 # compile it. check-generated rewrites files the others read, so it runs
 # alone. Then the suites, which mostly wait on their API servers, run beside
-# the CPU-heavy rest: staticcheck and conftest's compile.
+# the CPU-heavy rest: staticcheck.
 .PHONY: test
 test go-tests unit envtest: export GOGC = $(TEST_GOGC)
 test: check-aligned-modules fmt-check check-decoupling ## Everything CI runs.
-	$(MAKE) -j2 --output-sync=target controlplane registry nats $(CONTROLLER_GEN) $(STATICCHECK) $(OPA) bundlecheck $(ACTIONLINT)
+	$(MAKE) -j2 --output-sync=target controlplane registry nats $(CONTROLLER_GEN) $(STATICCHECK) $(OPA) $(CONFTEST) bundlecheck $(ACTIONLINT)
 	$(MAKE) vet check-generated
 	$(MAKE) -j3 --output-sync=target go-tests check-bundle staticcheck policy image-test darwincheck actionlint BG='nice -n 10'
 	@echo "make test: all checks passed"

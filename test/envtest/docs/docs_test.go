@@ -68,7 +68,7 @@ func TestTheGuidesRunAsWritten(t *testing.T) {
 		if out, err := exec.Command("git", "clone", "-q", root, clone).CombinedOutput(); err != nil {
 			t.Fatalf("cloning for the reviewer: %v: %s", err, out)
 		}
-		linkPinnedTools(t, filepath.Join(root, "bin"), filepath.Join(clone, "bin"))
+		copyPinnedTools(t, filepath.Join(root, "bin"), filepath.Join(clone, "bin"))
 	}
 	sh := newShell(t, w, clone)
 	run := time.Now()
@@ -103,10 +103,12 @@ func TestTheGuidesRunAsWritten(t *testing.T) {
 // it (bin/opa-v1.22.3).
 var pinnedTool = regexp.MustCompile(`-v[0-9]+\.[0-9]+\.[0-9]+$`)
 
-// linkPinnedTools gives the reviewer's clone the pinned tools this tree
+// copyPinnedTools gives the reviewer's clone the pinned tools this tree
 // has built, so that its `make tools` finds them current instead of
-// compiling five tools again: the same versions, built from the same pins.
-func linkPinnedTools(t *testing.T, from, to string) {
+// compiling five tools again: the same versions, from the same pins. They
+// are copied after the clone, so make sees them newer than its go.mod (a
+// link would keep the old time, and make would build through it).
+func copyPinnedTools(t *testing.T, from, to string) {
 	t.Helper()
 	entries, err := os.ReadDir(from)
 	if err != nil {
@@ -116,10 +118,14 @@ func linkPinnedTools(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
-		if !pinnedTool.MatchString(e.Name()) {
+		if !pinnedTool.MatchString(e.Name()) || !e.Type().IsRegular() {
 			continue
 		}
-		if err := os.Symlink(filepath.Join(from, e.Name()), filepath.Join(to, e.Name())); err != nil {
+		data, err := os.ReadFile(filepath.Join(from, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(to, e.Name()), data, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -252,7 +258,10 @@ type shell struct {
 	w          workspace
 	clone      string
 	home, path string
-	state      string
+	// goEnv is the Go setup the reviewer's go commands share with this
+	// test's: a fresh HOME would otherwise mean an empty build cache.
+	goEnv []string
+	state string
 }
 
 func newShell(t *testing.T, w workspace, clone string) *shell {
@@ -287,10 +296,27 @@ func newShell(t *testing.T, w workspace, clone string) *shell {
 		t.Fatal(err)
 	}
 	return &shell{
-		w: w, clone: clone, home: home,
+		w: w, clone: clone, home: home, goEnv: goEnv(t),
 		path:  tools + ":" + w.bin + ":" + filepath.Join(w.bin, "k8s") + ":" + os.Getenv("PATH"),
 		state: filepath.Join(w.dir, "shell-state"),
 	}
+}
+
+// goEnv is this process's Go settings, as the go command resolves them.
+func goEnv(t *testing.T) []string {
+	t.Helper()
+	names := []string{"GOCACHE", "GOMODCACHE", "GOPATH", "GOPROXY", "GOFLAGS", "GOTOOLCHAIN", "GONOSUMDB", "GOPRIVATE"}
+	out, err := exec.Command("go", append([]string{"env"}, names...)...).Output()
+	if err != nil {
+		t.Fatalf("go env: %v", err)
+	}
+	var env []string
+	for i, v := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
+		if i < len(names) && v != "" {
+			env = append(env, names[i]+"="+v)
+		}
+	}
+	return env
 }
 
 // prologue restores the variables earlier blocks set and saves the
@@ -332,10 +358,15 @@ func (s *shell) run(b docs.Block) (string, int, error) {
 	defer out.Close()
 	cmd := exec.CommandContext(ctx, "bash", "-c", prologue+b.Body+"\n")
 	cmd.Dir = dir
-	cmd.Env = []string{
-		"HOME=" + s.home, "PATH=" + s.path, "LANG=C.UTF-8", "TERM=dumb",
-		"DOCS_STATE=" + s.state, "DOCS_KUBECONFIG=" + kubeconfig,
+	path := s.path
+	if b.As == docs.AsReviewer {
+		// The page's commands run with the clone's bin/ first on PATH.
+		path = filepath.Join(s.clone, "bin") + ":" + path
 	}
+	cmd.Env = append([]string{
+		"HOME=" + s.home, "PATH=" + path, "LANG=C.UTF-8", "TERM=dumb",
+		"DOCS_STATE=" + s.state, "DOCS_KUBECONFIG=" + kubeconfig,
+	}, s.goEnv...)
 	// A file, not a pipe: a command the block leaves in the background
 	// (kubectl port-forward &) must not hold the block open.
 	cmd.Stdout, cmd.Stderr = out, out
