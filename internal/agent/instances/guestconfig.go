@@ -20,15 +20,9 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/sealing"
 )
 
-// Bounds of the agent's calls to a guest agent.
-const (
-	// guestReportTimeout bounds reaching the guest and its report: a
-	// guest that does not answer in time is booting, not broken.
-	guestReportTimeout = 2 * time.Second
-	// guestConfigureTimeout bounds a Configure: the guest's workload
-	// takes the config and starts (guest.DefaultConfigureTimeout is 10s).
-	guestConfigureTimeout = 10 * time.Second
-)
+// guestReportTimeout bounds reaching the guest and its report: a guest
+// that does not answer in time is booting, not broken.
+const guestReportTimeout = 2 * time.Second
 
 // maxGuestConfigMessage is status.runtime.guestConfig.message's schema
 // limit, in characters.
