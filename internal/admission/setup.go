@@ -17,6 +17,7 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/inventory"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 )
@@ -72,5 +73,5 @@ func SetupSweeper(mgr ctrl.Manager, clk clock.Clock) error {
 			}
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: i.Namespace, Name: i.Spec.LeaseName}}}
 		}), builder.WithPredicates(created)).
-		Complete(s)
+		Complete(conflict.Quiet(s))
 }
