@@ -119,7 +119,7 @@ func run(root, extraArgs string, fleetSize, jetStreamServers int) error {
 	fmt.Println("devcluster: starting etcd and kube-apiserver from bin/k8s")
 	if _, err := env.Start(); err != nil {
 		_ = env.Stop()
-		return fmt.Errorf("starting control plane: %w", err)
+		return fmt.Errorf("starting control plane (logs %s, %s): %w", apiServerLog.Name(), etcdLog.Name(), err)
 	}
 	defer func() {
 		fmt.Println("devcluster: stopping kube-apiserver and etcd")
@@ -352,11 +352,11 @@ func waitReady(ctx context.Context, probePort int, operator *child) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-operator.done:
-			return fmt.Errorf("the operator exited before it was ready: %w", operator.err)
+			return fmt.Errorf("the operator exited before it was ready: %w (its log: %s)", operator.err, operator.logPath)
 		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the operator was not ready within 2 minutes (%s)", url)
+			return fmt.Errorf("the operator was not ready within 2 minutes (%s; its log: %s)", url, operator.logPath)
 		}
 	}
 }
