@@ -102,7 +102,7 @@ func TestControlPlaneBuildDecidesOnContentNotTimestamps(t *testing.T) {
 	if strings.Join(built, ",") != "kube-apiserver,etcd" {
 		t.Fatalf("a cold build built %v, want kube-apiserver and etcd\n%s", built, o)
 	}
-	if !strings.Contains(o, "first build here") {
+	if !strings.Contains(o, "a first build here; about") {
 		t.Errorf("a cold build with no record does not say so:\n%s", o)
 	}
 	if _, err := os.Stat(filepath.Join(out, ".build-seconds.kube-apiserver+etcd")); err != nil {

@@ -42,14 +42,18 @@ stamp_write() {
   printf '%s\n' "$2" > "$(dirname "$1")/.$(basename "$1").inputs"
 }
 
-# step_begin RECORD LABEL: says that LABEL builds now and how long it took
-# on this machine last time (RECORD holds the seconds), and starts a timer.
+# step_begin RECORD LABEL [FIRST]: says that LABEL builds now and how long
+# it took on this machine last time (RECORD holds the seconds), or, on a
+# first build, FIRST (what it took cold on a 2-core machine, README.md);
+# and starts a timer.
 step_begin() {
   local last
   if [ -s "$1" ] && last=$(cat "$1") && [ -n "$last" ]; then
     echo "$2 (took $(fmt_seconds "$last") on this machine last time)"
+  elif [ -n "${3:-}" ]; then
+    echo "$2 (a first build here; $3)"
   else
-    echo "$2 (first build here: no time recorded; cold, a few minutes on 2 cores)"
+    echo "$2 (a first build here)"
   fi
   step_started=$SECONDS
 }
