@@ -21,7 +21,6 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent"
@@ -29,6 +28,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
 	"github.com/boualleiguie/macrack-operator/internal/agent/host"
 	"github.com/boualleiguie/macrack-operator/internal/agent/instances"
+	"github.com/boualleiguie/macrack-operator/internal/logging"
 	"github.com/boualleiguie/macrack-operator/internal/runner/custom"
 )
 
@@ -72,15 +72,14 @@ func main() {
 	fs.BoolVar(&simEntitlement, "sim-entitlement", true, "sim: whether the virtualization entitlement is reported.")
 	fs.StringVar(&simBootArgs, "sim-boot-args", "", "sim: the reported boot-args.")
 	fs.DurationVar(&simRebootTime, "sim-reboot-time", 5*time.Second, "sim: how long the simulated host takes to reboot, before the agent starts again.")
-	zapOpts := zap.Options{}
-	zapOpts.BindFlags(fs)
+	zapOpts := logging.BindFlags(fs)
 	flag.Parse()
 	// --kubeconfig is controller-runtime's flag: the bootstrap kubeconfig
 	// from `macrackctl node enroll`.
 	if f := flag.Lookup("kubeconfig"); f != nil {
 		kubeconfig = f.Value.String()
 	}
-	log := zap.New(zap.UseFlagOptions(&zapOpts))
+	log := logging.New(zapOpts)
 	ctrl.SetLogger(log)
 
 	if err := func() error {

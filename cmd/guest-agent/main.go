@@ -19,9 +19,9 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/boualleiguie/macrack-operator/internal/guest"
+	"github.com/boualleiguie/macrack-operator/internal/logging"
 )
 
 // version is the agent's version, set at build time with
@@ -53,11 +53,10 @@ func main() {
 	fs.DurationVar(&opts.idleTimeout, "idle-timeout", guest.DefaultIdleTimeout, "How long a connection may wait for the next request.")
 	fs.StringVar(&opts.loginUser, "login-user", guest.DefaultLoginUser,
 		"The guest login user whose MacRack-managed SSH keys the reports tell, until the host sets keys for a user.")
-	zapOpts := zap.Options{Development: false}
-	zapOpts.BindFlags(fs)
+	zapOpts := logging.BindFlags(fs)
 	flag.Parse()
 
-	log := zap.New(zap.UseFlagOptions(&zapOpts))
+	log := logging.New(zapOpts)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, log, opts); err != nil {

@@ -14,12 +14,12 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/logging"
 	"github.com/boualleiguie/macrack-operator/internal/operator"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/servingcert"
@@ -104,11 +104,10 @@ func main() {
 	fs.StringVar(&opts.kubeletServingCACert, "kubelet-serving-ca-cert-file", "",
 		"The CA (PEM) that signs the host agents' kubelet serving certificates, CertificateSigningRequests of macrack.io/kubelet-serving: the operator approves an agent's request only for its own Node and enrolled address, and denies the rest. Give kube-apiserver the same file as --kubelet-certificate-authority. Read at start-up. With --kubelet-serving-ca-key-file; empty: none is approved or signed, and the agents serve self-signed certificates.")
 	fs.StringVar(&opts.kubeletServingCAKey, "kubelet-serving-ca-key-file", "", "The private key (PEM) of --kubelet-serving-ca-cert-file.")
-	zapOpts := zap.Options{Development: false}
-	zapOpts.BindFlags(fs)
+	zapOpts := logging.BindFlags(fs)
 	flag.Parse()
 
-	log := zap.New(zap.UseFlagOptions(&zapOpts))
+	log := logging.New(zapOpts)
 	ctrl.SetLogger(log)
 
 	if err := run(log, opts); err != nil {

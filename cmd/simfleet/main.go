@@ -18,8 +18,8 @@ import (
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/boualleiguie/macrack-operator/internal/logging"
 	"github.com/boualleiguie/macrack-operator/internal/simfleet"
 )
 
@@ -37,10 +37,9 @@ func main() {
 	fs.DurationVar(&facts, "facts-interval", 5*time.Minute, "How often each agent reports its facts again.")
 	fs.DurationVar(&startInterval, "start-interval", 5*time.Millisecond, "The pause between two agents' starts.")
 	fs.DurationVar(&rebootTime, "sim-reboot-time", 5*time.Second, "How long a simulated host takes to reboot.")
-	zapOpts := zap.Options{}
-	zapOpts.BindFlags(fs)
+	zapOpts := logging.BindFlags(fs)
 	flag.Parse()
-	log := zap.New(zap.UseFlagOptions(&zapOpts))
+	log := logging.New(zapOpts)
 	ctrl.SetLogger(log)
 
 	if err := func() error {

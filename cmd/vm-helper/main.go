@@ -19,13 +19,13 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/boualleiguie/macrack-operator/internal/agent/driver"
 	"github.com/boualleiguie/macrack-operator/internal/agent/driver/sim"
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
 	"github.com/boualleiguie/macrack-operator/internal/agent/simguest"
 	"github.com/boualleiguie/macrack-operator/internal/agent/vmspec"
+	"github.com/boualleiguie/macrack-operator/internal/logging"
 )
 
 // options are the helper's command-line settings.
@@ -58,11 +58,10 @@ func main() {
 	fs.DurationVar(&opts.simShutdownTime, "sim-shutdown-time", sim.DefaultShutdownTime, "How long a sim guest takes to shut down.")
 	fs.BoolVar(&opts.simIgnoreShutdown, "sim-guest-ignores-shutdown", false, "Make the sim guest ignore shutdown requests.")
 	fs.StringVar(&opts.simXcode, "sim-xcode", "16.4", "The Xcode versions the sim guest agent reports, comma-separated; empty for none (never ready for work).")
-	zapOpts := zap.Options{Development: false}
-	zapOpts.BindFlags(fs)
+	zapOpts := logging.BindFlags(fs)
 	flag.Parse()
 
-	log := zap.New(zap.UseFlagOptions(&zapOpts)).WithValues("instanceUID", opts.instanceUID)
+	log := logging.New(zapOpts).WithValues("instanceUID", opts.instanceUID)
 	if err := run(log, opts); err != nil {
 		log.Error(err, "Helper stopped")
 		os.Exit(1)

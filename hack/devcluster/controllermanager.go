@@ -47,21 +47,23 @@ type controllerManager struct {
 
 // startControllerManager runs bin/k8s/kube-controller-manager as a
 // system:masters user, serving its health checks on a free port, with its
-// log in a directory of its own; it waits until /healthz answers ok.
-func startControllerManager(ctx context.Context, env *envtest.Environment, bin string, port int) (*controllerManager, error) {
+// kubeconfig and certificates in a directory of its own and its log in
+// bin/logs; it waits until /healthz answers ok.
+func startControllerManager(ctx context.Context, env *envtest.Environment, bin string, logs *logFiles, port int) (*controllerManager, error) {
 	dir, err := os.MkdirTemp("", "macrack-kcm-")
 	if err != nil {
 		return nil, err
 	}
-	cm := &controllerManager{port: port, dir: dir, logPath: filepath.Join(dir, "kube-controller-manager.log")}
+	cm := &controllerManager{port: port, dir: dir}
 	kubeconfig, err := writeKubeconfig(env, "kube-controller-manager", filepath.Join(dir, "kubeconfig"))
 	if err != nil {
 		return cm, err
 	}
-	logFile, err := os.Create(cm.logPath)
+	logFile, err := logs.open("kube-controller-manager", "kube-controller-manager", false)
 	if err != nil {
 		return cm, err
 	}
+	cm.logPath = logFile.Name()
 	defer logFile.Close() // the child holds its own descriptor
 	args := []string{
 		"--kubeconfig=" + kubeconfig,
@@ -81,9 +83,9 @@ func startControllerManager(ctx context.Context, env *envtest.Environment, bin s
 	if err := cmd.Start(); err != nil {
 		return cm, fmt.Errorf("starting kube-controller-manager: %w", err)
 	}
-	cm.child = &child{name: "kube-controller-manager", cmd: cmd, done: make(chan struct{})}
+	cm.child = &child{name: "kube-controller-manager", logPath: cm.logPath, cmd: cmd, done: make(chan struct{})}
 	go func() { cm.err = cmd.Wait(); close(cm.done) }()
-	fmt.Printf("devcluster: kube-controller-manager started (pid %d), log %s\n", cmd.Process.Pid, cm.logPath)
+	fmt.Printf("devcluster: kube-controller-manager started (pid %d)\n", cmd.Process.Pid)
 	if err := cm.waitHealthy(ctx, time.Minute); err != nil {
 		return cm, err
 	}
@@ -132,8 +134,8 @@ func (cm *controllerManager) logTail() string {
 	return "\n" + string(b)
 }
 
-// stop stops the process and removes its directory, the log included,
-// unless it died on its own: then the log stays for a look.
+// stop stops the process and removes its directory; the log stays in
+// bin/logs until the next make run.
 func (cm *controllerManager) stop() {
 	if cm == nil {
 		return
@@ -141,8 +143,7 @@ func (cm *controllerManager) stop() {
 	if cm.child != nil {
 		select {
 		case <-cm.done:
-			fmt.Fprintf(os.Stderr, "devcluster: kube-controller-manager had exited (%v); its log stays in %s\n", cm.err, cm.logPath)
-			return
+			fmt.Fprintf(os.Stderr, "devcluster: kube-controller-manager had exited (%v); its log is %s\n", cm.err, cm.logPath)
 		default:
 		}
 		cm.child.stop()

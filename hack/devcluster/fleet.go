@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -50,6 +51,10 @@ type fleet struct {
 	golden   string
 	// client is the admin's client, with the project's scheme.
 	client client.Client
+	// scheme is MacRack's, for the status line's client; helperLogs where
+	// the VM helpers log, each in its mini's state directory.
+	scheme     *runtime.Scheme
+	helperLogs string
 }
 
 // startFleet applies the agents' and tenants' roles, the sample class and
@@ -63,14 +68,20 @@ type fleet struct {
 // free port:
 // kubectl exec and logs reach the sim VMs through the API server, which
 // presents ca's client certificate. The in-process fleet serves none.
-func startFleet(ctx context.Context, env *envtest.Environment, root string, n int, ca *kubeletca.CA) (*fleet, func(), error) {
+func startFleet(ctx context.Context, env *envtest.Environment, root string, logs *logFiles, n int, ca *kubeletca.CA) (*fleet, func(), error) {
 	var agents []*child
 	f := &fleet{}
 	stateRoot, err := os.MkdirTemp("", "macrack-fleet-")
 	if err != nil {
 		return nil, func() {}, err
 	}
+	f.helperLogs = filepath.Join(stateRoot, "<mini>", "run", "<instance UID>.log")
+	registryLog, err := logs.open("OCI registry", "registry", false)
+	if err != nil {
+		return nil, func() {}, err
+	}
 	cleanup := func() {
+		defer registryLog.Close()
 		for _, a := range agents {
 			a.stop()
 		}
@@ -84,6 +95,7 @@ func startFleet(ctx context.Context, env *envtest.Environment, root string, n in
 	if err != nil {
 		return f, cleanup, err
 	}
+	f.scheme = scheme
 	c, err := client.New(env.Config, client.Options{Scheme: scheme})
 	if err != nil {
 		return f, cleanup, err
@@ -100,7 +112,7 @@ func startFleet(ctx context.Context, env *envtest.Environment, root string, n in
 			return f, cleanup, err
 		}
 	}
-	if f.registry, f.golden, err = startStore(ctx, c, filepath.Join(stateRoot, "registry")); err != nil {
+	if f.registry, f.golden, err = startStore(ctx, c, filepath.Join(stateRoot, "registry"), registryLog); err != nil {
 		return f, cleanup, err
 	}
 	bin := filepath.Join(root, "bin")
@@ -121,7 +133,12 @@ func startFleet(ctx context.Context, env *envtest.Environment, root string, n in
 		return f, cleanup, err
 	}
 	if n > inProcessAbove {
-		a, err := startProcess(fmt.Sprintf("simfleet (%d minis)", n), filepath.Join(bin, "simfleet"), []string{
+		log, err := logs.open("simfleet", "simfleet", true)
+		if err != nil {
+			return f, cleanup, err
+		}
+		defer log.Close() // the child holds its own descriptor
+		a, err := startProcess(fmt.Sprintf("simfleet (%d minis)", n), filepath.Join(bin, "simfleet"), log, []string{
 			"--state-root=" + stateRoot, "--agents-namespace=" + agentsNamespace,
 			"--heartbeat-interval=10s", "--zap-log-level=info",
 		})
@@ -134,12 +151,17 @@ func startFleet(ctx context.Context, env *envtest.Environment, root string, n in
 	}
 	for _, serial := range serials {
 		dir := filepath.Join(stateRoot, enroll.NodeName(serial))
-		a, err := startProcess("agent "+serial, filepath.Join(bin, "agent"), []string{
+		log, err := logs.open("agent "+serial, "agent-"+serial, true)
+		if err != nil {
+			return f, cleanup, err
+		}
+		a, err := startProcess("agent "+serial, filepath.Join(bin, "agent"), log, []string{
 			"--serial=" + serial, "--kubeconfig=" + filepath.Join(dir, simfleet.BootstrapKubeconfig), "--state-dir=" + dir,
 			"--agents-namespace=" + agentsNamespace, "--vm-helper=" + filepath.Join(bin, "vm-helper"),
 			"--heartbeat-interval=5s", "--zap-log-level=info",
 			"--kubelet-address=" + kubeletAddresses[serial], "--kubelet-client-ca-file=" + ca.CAFile,
 		})
+		log.Close() // the child holds its own descriptor
 		if err != nil {
 			return f, cleanup, err
 		}

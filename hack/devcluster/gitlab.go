@@ -11,7 +11,10 @@ import (
 	"strings"
 	"text/template"
 
+	"go.uber.org/zap/zapcore"
+
 	"github.com/boualleiguie/macrack-operator/internal/gitlab/gitlabtest"
+	"github.com/boualleiguie/macrack-operator/internal/logging"
 )
 
 // The GitLabRunner demo of `make run`: a fake GitLab (the tests' own,
@@ -42,6 +45,7 @@ type fakeGitLab struct {
 	// caPath holds its CA bundle, for curl --cacert; manifestPath the
 	// GitLabRunner demo.
 	caPath, manifestPath string
+	logFile              *os.File
 }
 
 // startGitLab starts the fake GitLab on a free loopback port (httptest
@@ -49,13 +53,22 @@ type fakeGitLab struct {
 // collide), registers one runner token, and writes the fake's CA bundle and
 // the demo manifest into bin. The token is in the manifest only, which only
 // its owner may read; it is never printed.
-func startGitLab(bin string) (*fakeGitLab, error) {
+func startGitLab(bin string, logs *logFiles) (*fakeGitLab, error) {
 	token, err := newRunnerToken()
 	if err != nil {
 		return nil, err
 	}
+	logFile, err := logs.open("fake GitLab", "fake-gitlab", true)
+	if err != nil {
+		return nil, err
+	}
+	logOpts := logging.Options()
+	logOpts.DestWriter = logFile
+	// Its requests at V(1): the fake is a demo, and its log a place to look.
+	logOpts.Level = zapcore.DebugLevel
 	g := &fakeGitLab{
-		srv:          gitlabtest.NewServer(nil),
+		logFile:      logFile,
+		srv:          gitlabtest.NewServer(nil, gitlabtest.WithLogger(logging.New(logOpts).WithName("fake-gitlab"))),
 		caPath:       filepath.Join(bin, "fake-gitlab-ca.pem"),
 		manifestPath: filepath.Join(bin, "gitlabrunner-demo.yaml"),
 	}
@@ -94,6 +107,7 @@ func (g *fakeGitLab) stop() {
 	}
 	fmt.Println("devcluster: stopping the fake GitLab")
 	g.srv.Close()
+	_ = g.logFile.Close()
 }
 
 // hint is what `make run` prints about the demo: apply the manifest, queue

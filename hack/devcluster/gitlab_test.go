@@ -64,8 +64,20 @@ func stripComments(doc []byte) []byte {
 	return out
 }
 
+// startTestGitLab starts the fake GitLab with its log in a scratch bin/logs.
+func startTestGitLab(t *testing.T) (*fakeGitLab, *logFiles, error) {
+	t.Helper()
+	bin := t.TempDir()
+	logs, err := newLogFiles(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := startGitLab(bin, logs)
+	return g, logs, err
+}
+
 func TestTheDemoManifestRunsARunnerAgainstTheFakeGitLab(t *testing.T) {
-	g, err := startGitLab(t.TempDir())
+	g, logs, err := startTestGitLab(t)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,12 +151,25 @@ func TestTheDemoManifestRunsARunnerAgainstTheFakeGitLab(t *testing.T) {
 	if h := g.hint(); !strings.Contains(h, g.caPath) || !strings.Contains(h, g.manifestPath) || strings.Contains(h, secret.StringData["token"]) {
 		t.Fatalf("the hint names the CA file and the manifest, never the token:\n%s", h)
 	}
+
+	// The fake's log in bin/logs has each request, in MacRack's JSON
+	// lines, and never the token, which travels in request bodies.
+	log, err := os.ReadFile(logs.path("fake-gitlab"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(log), `"msg":"Request","method":"POST","path":"/-/fake/jobs","status":201`) {
+		t.Errorf("the fake GitLab's log has no line for the queued job:\n%s", log)
+	}
+	if strings.Contains(string(log), secret.StringData["token"]) {
+		t.Errorf("the fake GitLab's log holds the runner token:\n%s", log)
+	}
 }
 
 // make run allows the operator the fake GitLab's host, the one the demo
 // runner names.
 func TestMakeRunAllowsTheFakeGitLabsHostOnly(t *testing.T) {
-	g, err := startGitLab(t.TempDir())
+	g, _, err := startTestGitLab(t)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -28,8 +29,8 @@ const (
 // startStore starts the Distribution registry on a free loopback port,
 // pushes the sim golden to it, and creates its MacOSImage: instances pull
 // it for real, as they would from Harbor, ECR or Artifactory.
-func startStore(ctx context.Context, c client.Client, dir string) (*registry.Server, string, error) {
-	srv, err := registry.Start(filepath.Join(dir, "storage"))
+func startStore(ctx context.Context, c client.Client, dir string, log io.Writer) (*registry.Server, string, error) {
+	srv, err := registry.StartWith(filepath.Join(dir, "storage"), registry.Options{Log: log})
 	if err != nil {
 		return nil, "", fmt.Errorf("starting the registry (make registry builds it): %w", err)
 	}

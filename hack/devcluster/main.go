@@ -23,12 +23,15 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/boualleiguie/macrack-operator/test/kubeletca"
 
 	"github.com/boualleiguie/macrack-operator/internal/enroll"
+	"github.com/boualleiguie/macrack-operator/internal/logging"
 )
 
 func main() {
@@ -60,6 +63,33 @@ func run(root, extraArgs string, fleetSize, jetStreamServers int) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 
+	// Every process's log goes to a file of its own in bin/logs; devcluster's
+	// own (controller-runtime's and client-go's) too, in MacRack's format.
+	logs, err := newLogFiles(bin)
+	if err != nil {
+		return err
+	}
+	ownLog, err := logs.open("devcluster", "devcluster", true)
+	if err != nil {
+		return err
+	}
+	defer ownLog.Close()
+	logOpts := logging.Options()
+	logOpts.DestWriter = ownLog
+	log := logging.New(logOpts)
+	ctrl.SetLogger(log)
+	klog.SetLogger(log)
+	etcdLog, err := logs.open("etcd", "etcd", false)
+	if err != nil {
+		return err
+	}
+	defer etcdLog.Close()
+	apiServerLog, err := logs.open("kube-apiserver", "kube-apiserver", false)
+	if err != nil {
+		return err
+	}
+	defer apiServerLog.Close()
+
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
@@ -83,10 +113,13 @@ func run(root, extraArgs string, fleetSize, jetStreamServers int) error {
 		return err
 	}
 	kubeletCA.Configure(env)
+	env.ControlPlane.Etcd = &envtest.Etcd{Out: etcdLog, Err: etcdLog}
+	apiServer := env.ControlPlane.GetAPIServer()
+	apiServer.Out, apiServer.Err = apiServerLog, apiServerLog
 	fmt.Println("devcluster: starting etcd and kube-apiserver from bin/k8s")
 	if _, err := env.Start(); err != nil {
 		_ = env.Stop()
-		return fmt.Errorf("starting control plane: %w", err)
+		return fmt.Errorf("starting control plane (logs %s, %s): %w", apiServerLog.Name(), etcdLog.Name(), err)
 	}
 	defer func() {
 		fmt.Println("devcluster: stopping kube-apiserver and etcd")
@@ -118,7 +151,7 @@ func run(root, extraArgs string, fleetSize, jetStreamServers int) error {
 	}
 	metricsPort, probePort, kcmPort := ports[0], ports[1], ports[2]
 
-	kcm, err := startControllerManager(ctx, env, bin, kcmPort)
+	kcm, err := startControllerManager(ctx, env, bin, logs, kcmPort)
 	defer kcm.stop()
 	if err != nil {
 		return err
@@ -128,12 +161,12 @@ func run(root, extraArgs string, fleetSize, jetStreamServers int) error {
 	if err != nil {
 		return err
 	}
-	nats, err := startNATS(bin, jetStreamServers)
+	nats, err := startNATS(bin, logs, jetStreamServers)
 	defer nats.stop()
 	if err != nil {
 		return err
 	}
-	gitLab, err := startGitLab(bin)
+	gitLab, err := startGitLab(bin, logs)
 	if err != nil {
 		return err
 	}
@@ -143,7 +176,12 @@ func run(root, extraArgs string, fleetSize, jetStreamServers int) error {
 		return err
 	}
 	w := env.WebhookInstallOptions
-	operator, err := startProcess("operator", filepath.Join(bin, "operator"), append(operatorArgs(operatorKubeconfig, metricsPort, probePort, audiences, extraArgs),
+	operatorLog, err := logs.open("operator", "operator", true)
+	if err != nil {
+		return err
+	}
+	defer operatorLog.Close()
+	operator, err := startProcess("operator", filepath.Join(bin, "operator"), operatorLog, append(operatorArgs(operatorKubeconfig, metricsPort, probePort, audiences, extraArgs),
 		fmt.Sprintf("--webhook-port=%d", w.LocalServingPort),
 		"--webhook-cert-dir="+w.LocalServingCertDir,
 		"--audit-sink="+nats.sink,
@@ -163,7 +201,7 @@ func run(root, extraArgs string, fleetSize, jetStreamServers int) error {
 		return err
 	}
 
-	fl, cleanup, err := startFleet(ctx, env, root, fleetSize, kubeletCA)
+	fl, cleanup, err := startFleet(ctx, env, root, logs, fleetSize, kubeletCA)
 	defer cleanup()
 	if err != nil {
 		return err
@@ -183,7 +221,7 @@ host agents.
     operator webhooks        https://%s:%d
     operator metrics         http://127.0.0.1:%d/metrics
     operator probes          http://127.0.0.1:%d/healthz, /readyz
-    kube-controller-manager  https://127.0.0.1:%d/healthz, log %s
+    kube-controller-manager  https://127.0.0.1:%d/healthz
     OCI registry (goldens)   http://%s/v2/
     sim golden               %s
     audit stream (JetStream) %s
@@ -204,12 +242,38 @@ host agents.
     %s billing report --nats %s --from %s --to %s
 
 %s
-Press Ctrl-C to stop everything.
+Each process logs to a file of its own (MacRack's in JSON lines, one format; jq reads them):
+%s
+    VM helpers               %s
+
+Below: the fleet every %s, and any error a MacRack process logs. Press Ctrl-C to stop everything.
 `, len(env.CRDs), fl.minis, fleetClass,
 		env.Config.Host, env.ControlPlane.Etcd.URL, w.LocalServingHost, w.LocalServingPort, metricsPort, probePort,
-		kcmPort, kcm.logPath, fl.registry.Host(), fl.golden, nats.describe(), gitLab.srv.URL(), gitLab.caPath, bin+string(filepath.ListSeparator)+filepath.Join(bin, "k8s"), kubeconfigPath, tenantKubeconfig, tenantNamespace, filepath.Join(bin, "macrackctl"),
+		kcmPort, fl.registry.Host(), fl.golden, nats.describe(), gitLab.srv.URL(), gitLab.caPath, bin+string(filepath.ListSeparator)+filepath.Join(bin, "k8s"), kubeconfigPath, tenantKubeconfig, tenantNamespace, filepath.Join(bin, "macrackctl"),
 		filepath.Join(bin, "macrackctl"), nats.url, filepath.Join(bin, "macrackctl"), nats.url,
-		today.Format(time.RFC3339), today.Add(48*time.Hour).Format(time.RFC3339), gitLab.hint())
+		today.Format(time.RFC3339), today.Add(48*time.Hour).Format(time.RFC3339), gitLab.hint(),
+		logs.describe("    "), fl.helperLogs, statusEvery)
+
+	// The status line, and the errors above it, until the end.
+	term := newTerminal(os.Stdout)
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	statusClient, err := client.New(env.Config, client.Options{Scheme: fl.scheme})
+	if err != nil {
+		stopWatching()
+		return err
+	}
+	watchers := make(chan struct{}, 2)
+	go func() {
+		runStatus(watchCtx, term, statusClient, fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
+		watchers <- struct{}{}
+	}()
+	go func() { tailErrors(watchCtx, term, logs.watched()); watchers <- struct{}{} }()
+	defer func() {
+		stopWatching()
+		<-watchers
+		<-watchers
+		term.done()
+	}()
 
 	exited := make(chan *child, len(fl.agents)+2+len(nats.servers))
 	for _, c := range append(append(fl.agents, operator, kcm.child), nats.servers...) {
@@ -219,7 +283,7 @@ Press Ctrl-C to stop everything.
 	case <-ctx.Done():
 		return nil
 	case c := <-exited:
-		return fmt.Errorf("%s exited: %w", c.name, c.err)
+		return fmt.Errorf("%s exited: %w (its log: %s)", c.name, c.err, c.logPath)
 	}
 }
 
@@ -238,7 +302,6 @@ func operatorArgs(kubeconfig string, metricsPort, probePort int, audiences []str
 		"--operator-username=" + operatorUser,
 		"--policy-namespace=" + policyNamespace,
 		"--agents-namespace=" + agentsNamespace,
-		"--zap-devel",
 	}, strings.Fields(extra)...)
 }
 
@@ -298,11 +361,11 @@ func waitReady(ctx context.Context, probePort int, operator *child) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-operator.done:
-			return fmt.Errorf("the operator exited before it was ready: %w", operator.err)
+			return fmt.Errorf("the operator exited before it was ready: %w (its log: %s)", operator.err, operator.logPath)
 		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the operator was not ready within 2 minutes (%s)", url)
+			return fmt.Errorf("the operator was not ready within 2 minutes (%s; its log: %s)", url, operator.logPath)
 		}
 	}
 }
@@ -310,21 +373,25 @@ func waitReady(ctx context.Context, probePort int, operator *child) error {
 // child is a process devcluster started and must stop.
 type child struct {
 	name string
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
+	// logPath is where its output goes.
+	logPath string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	err     error
 }
 
-func startProcess(name, path string, args []string) (*child, error) {
+// startProcess starts path with its output in log, a file the child gets
+// its own descriptor of.
+func startProcess(name, path string, log *os.File, args []string) (*child, error) {
 	cmd := exec.Command(path, args...)
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.Stdout, cmd.Stderr = log, log
 	// Its own process group, so Ctrl-C reaches it only through us, in order;
 	// Pdeathsig, so it dies with us even if we are killed.
 	cmd.SysProcAttr = childProcAttr(syscall.SIGTERM)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s %s: %w", name, path, err)
 	}
-	c := &child{name: name, cmd: cmd, done: make(chan struct{})}
+	c := &child{name: name, logPath: log.Name(), cmd: cmd, done: make(chan struct{})}
 	go func() { c.err = cmd.Wait(); close(c.done) }()
 	fmt.Printf("devcluster: %s started (pid %d)\n", name, cmd.Process.Pid)
 	return c, nil

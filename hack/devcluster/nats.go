@@ -12,7 +12,7 @@ import (
 // (bin/nats-server, built by make nats from the module proxy), or three
 // routed into one JetStream cluster, on free loopback ports. Their stores
 // live in a directory of their own, removed at the end, and their logs in
-// bin/.
+// bin/logs.
 type jetStream struct {
 	servers []*child
 	// sink is the operator's --audit-sink; url is what a client takes.
@@ -21,8 +21,8 @@ type jetStream struct {
 }
 
 // startNATS starts n servers: 1, or 3 for a cluster with the stream at
-// three replicas.
-func startNATS(bin string, n int) (*jetStream, error) {
+// three replicas. Each logs to bin/logs/nats-server[-nN].log.
+func startNATS(bin string, logs *logFiles, n int) (*jetStream, error) {
 	js := &jetStream{}
 	ports, err := freePorts(2 * n)
 	if err != nil {
@@ -38,11 +38,11 @@ func startNATS(bin string, n int) (*jetStream, error) {
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", route[i]))
 	}
 	for i := range n {
-		name, logPath := "nats-server", filepath.Join(bin, "nats-server.log")
+		name, logName := "nats-server", "nats-server"
 		args := []string{"-a", "127.0.0.1", "-p", strconv.Itoa(client[i]), "-js"}
 		if n > 1 {
 			name = fmt.Sprintf("nats-server n%d", i+1)
-			logPath = filepath.Join(bin, fmt.Sprintf("nats-server-n%d.log", i+1))
+			logName = fmt.Sprintf("nats-server-n%d", i+1)
 			var peers []string
 			for k, r := range routes {
 				if k != i {
@@ -52,8 +52,13 @@ func startNATS(bin string, n int) (*jetStream, error) {
 			args = append(args, "--server_name", fmt.Sprintf("n%d", i+1), "--cluster_name", "macrack",
 				"--cluster", routes[i], "--routes", strings.Join(peers, ","))
 		}
-		args = append(args, "-sd", filepath.Join(js.store, strconv.Itoa(i+1)), "-l", logPath)
-		c, err := startProcess(name, filepath.Join(bin, "nats-server"), args)
+		log, err := logs.open(name, logName, false)
+		if err != nil {
+			return js, err
+		}
+		args = append(args, "-sd", filepath.Join(js.store, strconv.Itoa(i+1)), "-l", log.Name())
+		c, err := startProcess(name, filepath.Join(bin, "nats-server"), log, args)
+		log.Close() // the child holds its own descriptor
 		if err != nil {
 			return js, fmt.Errorf("%w (make nats builds it)", err)
 		}

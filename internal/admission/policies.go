@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 )
 
@@ -101,7 +102,7 @@ func (a *PolicyApplier) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(source.Kind(c, client.Object(&flowcontrolv1.FlowSchema{}), all)).
 		WatchesRawSource(source.Kind(c, client.Object(&corev1.ConfigMap{}), all)).
 		WatchesRawSource(source.Channel(start, all)).
-		Complete(a)
+		Complete(conflict.Quiet(a))
 }
 
 // desired are the objects the applier keeps, as server-side apply

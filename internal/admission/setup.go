@@ -17,6 +17,7 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/inventory"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 )
@@ -74,5 +75,5 @@ func SetupSweeper(mgr ctrl.Manager, clk clock.Clock) error {
 			s.Seen(lease, i.UID)
 			return []reconcile.Request{{NamespacedName: lease}}
 		}), builder.WithPredicates(created)).
-		Complete(s)
+		Complete(conflict.Quiet(s))
 }

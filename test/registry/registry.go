@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"os"
@@ -37,6 +38,9 @@ type Options struct {
 	// Htpasswd is an htpasswd file (bcrypt entries): the registry then
 	// requires basic auth of one of its users.
 	Htpasswd string
+	// Log, if set, gets the registry's output too (make run's
+	// bin/logs/registry.log).
+	Log io.Writer
 }
 
 // Server is a running registry.
@@ -223,7 +227,11 @@ func (s *Server) start(addr string) error {
 		ready = http.StatusUnauthorized
 	}
 	cmd := exec.Command(s.bin, args...)
-	cmd.Stdout, cmd.Stderr = logs, logs
+	var out io.Writer = logs
+	if s.opts.Log != nil {
+		out = io.MultiWriter(logs, s.opts.Log)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s: %w", s.bin, err)
 	}

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/conflict"
 )
 
 // errCacheNotStarted stands for a missing NodeReader: read through Client.
@@ -51,14 +52,26 @@ func (h *Heartbeat) Run(ctx context.Context) error {
 	t := h.Clock.NewTicker(h.Interval)
 	defer t.Stop()
 	for {
-		if err := h.Beat(ctx); err != nil {
-			h.Log.Error(err, "Heartbeat failed")
-		}
+		h.beatAndLog(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C():
 		}
+	}
+}
+
+// beatAndLog beats once and logs a failure. A conflict (another writer
+// renewed the Lease since this agent read it) is settled by the next beat,
+// which reads it afresh: it is logged at V(1), not as an error.
+func (h *Heartbeat) beatAndLog(ctx context.Context) {
+	err := h.Beat(ctx)
+	switch {
+	case err == nil:
+	case conflict.Is(err):
+		h.Log.V(1).Info("Heartbeat lost a race; the next beat reads the Lease afresh", "conflict", err.Error())
+	default:
+		h.Log.Error(err, "Heartbeat failed")
 	}
 }
 

@@ -36,6 +36,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/agent/jobs"
 	"github.com/boualleiguie/macrack-operator/internal/agent/vmspec"
 	"github.com/boualleiguie/macrack-operator/internal/cachewait"
+	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/guest"
 	"github.com/boualleiguie/macrack-operator/internal/sealing"
 )
@@ -249,7 +250,7 @@ func (r *Instances) SetupWithManager(mgr ctrl.Manager) error {
 		For(&computev1alpha1.MacOSInstance{}).
 		Named("instances").
 		Watches(&fleetv1alpha1.MacNode{}, handler.EnqueueRequestsFromMapFunc(r.instancesOfNode)).
-		Complete(r)
+		Complete(conflict.Quiet(r))
 }
 
 func (r *Instances) instancesOfNode(ctx context.Context, _ client.Object) []reconcile.Request {

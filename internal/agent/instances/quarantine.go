@@ -15,6 +15,7 @@ import (
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent/driver"
+	"github.com/boualleiguie/macrack-operator/internal/conflict"
 )
 
 // The agent's half of the quota-stuck quarantine loop. The operator drives
@@ -53,7 +54,7 @@ func (r *Instances) SetupQuarantineWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&fleetv1alpha1.MacNode{}).
 		Named("quarantine").
-		Complete(reconcile.Func(r.ReconcileQuarantine))
+		Complete(conflict.Quiet(reconcile.Func(r.ReconcileQuarantine)))
 }
 
 // ReconcileQuarantine does the step of the quarantine loop that the own

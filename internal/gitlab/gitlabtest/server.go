@@ -26,12 +26,15 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
+	stdlog "log"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
 	"github.com/boualleiguie/macrack-operator/internal/gitlab"
@@ -73,6 +76,11 @@ func WithTraceUpdateInterval(seconds int) Option {
 // before the reaper fails it; StaleJobTimeout by default, 0 for never.
 func WithStaleJobTimeout(d time.Duration) Option { return func(s *Server) { s.staleAfter = d } }
 
+// WithLogger logs each request the fake answers (method, path, status) at
+// V(1), and its HTTP server's own errors (a client's failed TLS handshake)
+// at info: make run's bin/logs/fake-gitlab.log.
+func WithLogger(l logr.Logger) Option { return func(s *Server) { s.log = &l } }
+
 // Server is a fake GitLab. Create it with NewServer.
 type Server struct {
 	srv           *httptest.Server
@@ -98,6 +106,8 @@ type Server struct {
 	counts       map[string]int
 	cachedNoJob  int
 	faults       map[string]*faultState
+	// log, if set, is WithLogger's.
+	log *logr.Logger
 }
 
 // NewServer starts a fake GitLab, over TLS unless WithPlainHTTP. If c is
@@ -130,10 +140,18 @@ func NewServer(c Cleanuper, opts ...Option) *Server {
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeMessage(w, http.StatusNotFound, "404 Not Found")
 	})
+	var h http.Handler = mux
+	if s.log != nil {
+		h = accessLog(*s.log, mux)
+	}
+	s.srv = httptest.NewUnstartedServer(h)
+	if s.log != nil {
+		s.srv.Config.ErrorLog = stdlog.New(serverErrors{*s.log}, "", 0)
+	}
 	if s.plain {
-		s.srv = httptest.NewServer(mux)
+		s.srv.Start()
 	} else {
-		s.srv = httptest.NewTLSServer(mux)
+		s.srv.StartTLS()
 	}
 	if c != nil {
 		c.Cleanup(s.Close)
@@ -402,4 +420,34 @@ func newJobToken() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	return "glcbt-" + hex.EncodeToString(b)
+}
+
+// accessLog logs each request after h answers it.
+func accessLog(l logr.Logger, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		h.ServeHTTP(rec, r)
+		l.V(1).Info("Request", "method", r.Method, "path", r.URL.Path, "status", rec.status)
+	})
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap lets http.ResponseController reach the writer's own methods.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// serverErrors is the HTTP server's ErrorLog, into the logger.
+type serverErrors struct{ log logr.Logger }
+
+func (e serverErrors) Write(p []byte) (int, error) {
+	e.log.Info("HTTP server error", "detail", strings.TrimSpace(string(p)))
+	return len(p), nil
 }

@@ -33,6 +33,7 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/conflict"
 )
 
 // +kubebuilder:rbac:groups=leasing.macrack.io,resources=macnodeleases,verbs=get;list;watch;patch
@@ -89,7 +90,7 @@ func (e *Exporter) SetupWithManager(mgr ctrl.Manager) error {
 			Named("audit-" + k.name).
 			WithOptions(controller.Options{MaxConcurrentReconciles: max(1, e.MaxConcurrentReconciles)}).
 			WatchesRawSource(source.Channel(ch, &handler.EnqueueRequestForObject{})).
-			Complete(r); err != nil {
+			Complete(conflict.Quiet(r)); err != nil {
 			return fmt.Errorf("setting up the %s exporter: %w", k.name, err)
 		}
 	}

@@ -35,6 +35,7 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	workloadsv1alpha1 "github.com/boualleiguie/macrack-operator/api/workloads/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/patch"
 )
 
@@ -113,7 +114,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if r.Ticks != nil {
 		b = b.WatchesRawSource(source.Channel(r.Ticks, &handler.EnqueueRequestForObject{}))
 	}
-	return b.Complete(r)
+	return b.Complete(conflict.Quiet(r))
 }
 
 // runnersByLease indexes GitLabRunners by their spec.leaseName (within

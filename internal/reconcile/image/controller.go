@@ -27,6 +27,7 @@ import (
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/patch"
 )
@@ -81,7 +82,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2,
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, time.Minute)}).
 		WatchesRawSource(r.reportSource(mgr.GetCache(), after)).
-		Complete(r)
+		Complete(conflict.Quiet(r))
 }
 
 // reportSource feeds Replicas from the MacNode informer and enqueues an

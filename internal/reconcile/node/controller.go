@@ -39,6 +39,7 @@ import (
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/audit"
 	"github.com/boualleiguie/macrack-operator/internal/conditions"
+	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/intent"
@@ -103,7 +104,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Ticks != nil {
 		b = b.WatchesRawSource(source.Channel(r.Ticks, &handler.EnqueueRequestForObject{}))
 	}
-	return b.Complete(r)
+	return b.Complete(conflict.Quiet(r))
 }
 
 // macNodeOfNode: a Node and its MacNode share a name.

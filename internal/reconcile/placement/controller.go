@@ -36,6 +36,7 @@ import (
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/audit"
 	"github.com/boualleiguie/macrack-operator/internal/conditions"
+	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/intent"
@@ -79,7 +80,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("placement").
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Watches(&computev1alpha1.MacOSInstance{}, handler.EnqueueRequestsFromMapFunc(r.nodeOfInstance)).
-		Complete(r)
+		Complete(conflict.Quiet(r))
 }
 
 // nodeOfInstance maps an instance to the chassis it is on, or, unplaced, to

@@ -37,6 +37,7 @@ import (
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/patch"
 )
@@ -89,7 +90,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 				return nodeReady(e.ObjectOld.(*corev1.Node)) != nodeReady(e.ObjectNew.(*corev1.Node))
 			}})).
 		Watches(&fleetv1alpha1.MacNode{}, handler.EnqueueRequestsFromMapFunc(instancesInSlots)).
-		Complete(r)
+		Complete(conflict.Quiet(r))
 }
 
 // instancesOnNode maps a Node to the instances placed on it.
