@@ -1,5 +1,5 @@
 // Package docs runs the guides (test/docs.Pages) as written against a
-// `make run` cluster of two simulated minis: every run block, in page
+// `make run` cluster of three simulated minis: every run block, in page
 // order, as its identity, failing on an exit status the page does not
 // show or on output that no longer matches the page. Then it tries, as the
 // tenant, what the tenant's role must refuse.
@@ -97,6 +97,48 @@ func TestTheGuidesRunAsWritten(t *testing.T) {
 	t.Logf("the pages ran in %s", time.Since(run).Round(time.Second))
 
 	t.Run("the tenant's role refuses", func(t *testing.T) { tenantRefusals(t, sh) })
+	t.Run("the terminal shows the banner and the status line, nothing else", func(t *testing.T) {
+		quietTerminal(t, filepath.Join(w.dir, "devcluster.log"))
+	})
+}
+
+// bannerEnd is the banner's last words; statusLine starts each status line.
+const (
+	bannerEnd  = "Press Ctrl-C to stop everything."
+	statusLine = "chassis "
+)
+
+// quietTerminal checks what make run printed through the pages: after the
+// banner, status lines only. The walk-through needs no person, so an error
+// above the status line would be noise (a conflict a retry resolves, a
+// refusal the page asks for), and noise scrolls the banner away.
+func quietTerminal(t *testing.T, logPath string) {
+	t.Helper()
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(b), bannerEnd)
+	if !ok {
+		t.Fatalf("no banner ending %q in make run's output:\n%s", bannerEnd, tail(string(b), 40))
+	}
+	statuses := 0
+	var other []string
+	for _, line := range strings.Split(after, "\n") {
+		switch {
+		case strings.TrimSpace(line) == "":
+		case strings.HasPrefix(line, statusLine):
+			statuses++
+		default:
+			other = append(other, line)
+		}
+	}
+	if len(other) > 0 {
+		t.Errorf("make run printed %d lines besides its status line through the pages:\n%s", len(other), strings.Join(other, "\n"))
+	}
+	if statuses == 0 {
+		t.Errorf("make run printed no status line after its banner:\n%s", tail(after, 20))
+	}
 }
 
 // pinnedTool is a tool the Makefile builds at a pinned version, named for
@@ -193,7 +235,7 @@ func startDevcluster(t *testing.T, w workspace) {
 	// The registry is found by the go.mod above the working directory,
 	// which the workspace has not.
 	cmd.Env = append(os.Environ(), "MACRACK_REGISTRY_BIN="+filepath.Join(w.bin, "registry"))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	cmd.SysProcAttr = procAttr(false, syscall.SIGTERM)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +414,7 @@ func (s *shell) run(b docs.Block) (string, int, error) {
 	cmd.Stdout, cmd.Stderr = out, out
 	// Its own process group, which ends with the block: what it left in
 	// the background goes with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = procAttr(true, syscall.SIGKILL)
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	runErr := cmd.Run()
 	if cmd.Process != nil {
