@@ -428,12 +428,9 @@ func (s *Sweeper) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result,
 		return ctrl.Result{}, nil
 	}
 	seen := s.seen.of(req.NamespacedName)
-	err := s.Reservations.prune(ctx, req.NamespacedName, seen, s.Clock.Now())
-	switch {
-	case apierrors.IsConflict(err):
-		// Another admission wrote the lease: prune again on what it wrote.
-		return ctrl.Result{Requeue: true}, nil
-	case err != nil:
+	if err := s.Reservations.prune(ctx, req.NamespacedName, seen, s.Clock.Now()); err != nil {
+		// A conflict (another admission wrote the lease first) is retried
+		// quietly on what it wrote: conflict.Quiet wraps the sweeper.
 		return ctrl.Result{}, err
 	}
 	s.seen.forget(req.NamespacedName, seen)
