@@ -154,7 +154,9 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	if k.observed {
 		if err := r.observe(ctx, obj); err != nil {
-			return ctrl.Result{}, err
+			// The cache still showed an object already gone: its records
+			// went out before its audit finalizer did.
+			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
 	}
 	if k.finalized && obj.GetDeletionTimestamp().IsZero() && !controllerutil.ContainsFinalizer(obj, fleetv1alpha1.AuditFinalizer) {

@@ -9,14 +9,17 @@ import (
 	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2/event"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/audit"
@@ -301,6 +304,50 @@ func TestADeletedChassisOrImageGoesOnlyOnceItsRecordsAreOut(t *testing.T) {
 			}
 			if err := c.Get(ctx, req.NamespacedName, got); err == nil {
 				t.Fatalf("the %s stays with finalizers %v after its last record", tc.kind, got.GetFinalizers())
+			}
+		})
+	}
+}
+
+// An instance the cache still shows after it went (its audit finalizer
+// off) is no error: its records went out first. Any other failure of the
+// journal's write still is (the positive control).
+func TestAnInstanceGoneUnderTheCacheIsNoError(t *testing.T) {
+	now := time.Date(2026, 6, 4, 12, 0, 0, 0, time.UTC)
+	inst := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: "vm", Namespace: "t", UID: "i-1"},
+		Spec: computev1alpha1.MacOSInstanceSpec{LeaseName: "mini", ImageName: "sequoia"}}
+	inst.Status.Runtime = &computev1alpha1.RuntimeStatus{Phase: computev1alpha1.VMRunning}
+	for _, tc := range []struct {
+		name    string
+		err     error
+		wantErr bool
+	}{
+		{"gone", apierrors.NewNotFound(schema.GroupResource{Group: "compute.macrack.io", Resource: "macosinstances"}, "vm"), false},
+		{"refused", apierrors.NewInternalError(errors.New("etcd is down")), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			scheme := runtime.NewScheme()
+			_ = computev1alpha1.AddToScheme(scheme)
+			obj := inst.DeepCopy()
+			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(obj).WithStatusSubresource(obj).
+				WithInterceptorFuncs(interceptor.Funcs{
+					SubResourcePatch: func(context.Context, client.Client, string, client.Object, client.Patch, ...client.SubResourcePatchOption) error {
+						return tc.err
+					},
+				}).Build()
+			clk := clocktesting.NewFakeClock(now)
+			e := &Exporter{Client: c, Clock: clk, Sink: &sink{}, Origin: audit.Origin{Cluster: "test"}, Metrics: NewMetrics()}
+			e.gate = newGate(clk)
+			e.kinds = kinds()
+			var r *kindReconciler
+			for _, k := range e.kinds {
+				if k.name == fleetv1alpha1.AuditKindInstance {
+					r = &kindReconciler{e: e, k: k}
+				}
+			}
+			_, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(obj)})
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("Reconcile = %v, want an error: %v", err, tc.wantErr)
 			}
 		})
 	}

@@ -61,6 +61,9 @@ var _ = Describe("A chassis at enrolment", func() {
 		failing.NetworkGbps, failing.SIPEnabled = ptr.To(int32(1)), ptr.To(false)
 		Expect(host.ReportFacts(ctx, admin, bad, failing)).To(Succeed())
 		Eventually(func() []string { return sink.denialRules(bad) }).Should(ContainElements("node.commercial", "quota.never-circumvent"))
+		// The denial is recorded as the pass decides, before its status
+		// write: wait for the phase, then see that it stays.
+		Eventually(macNodePhase(bad)).Should(Equal(fleetv1alpha1.MacNodeEnrolled))
 		Consistently(macNodePhase(bad), "1s").Should(Equal(fleetv1alpha1.MacNodeEnrolled))
 	})
 })
