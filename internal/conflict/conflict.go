@@ -7,6 +7,12 @@
 // wrapped reconciler logs the conflict at V(1) and requeues the request
 // with the same per-item exponential backoff an error would have had, as
 // internal/reconcile/lease does for a lost race for a chassis.
+//
+// A 404 Not Found is the same race from the other side: the pass read an
+// object from the cache that the API server deleted that instant, and the
+// next pass, after the delete event, no longer sees it. It is retried as
+// quietly, but only a few times in a row: a NotFound that outlives
+// staleRetries passes is no race, and surfaces as the error it is.
 package conflict
 
 import (
@@ -25,6 +31,11 @@ import (
 const (
 	baseDelay = 5 * time.Millisecond
 	maxDelay  = 1000 * time.Second
+
+	// staleRetries is how many consecutive passes of one request may end
+	// in NotFound before it is reported as an error. A delete event reaches
+	// the cache within milliseconds; five backoffs (5 ms to 80 ms) outlast it.
+	staleRetries = 5
 )
 
 // Quiet wraps r: a pass whose error is (or wraps) a Conflict is retried
@@ -40,15 +51,31 @@ type quiet struct {
 
 func (q *quiet) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	res, err := q.inner.Reconcile(ctx, req)
-	if err == nil || !Is(err) {
-		if err == nil {
-			q.backoff.Forget(req)
-		}
+	switch {
+	case err == nil:
+		q.backoff.Forget(req)
+		return res, nil
+	case Is(err):
+		after := q.backoff.When(req)
+		ctrl.LoggerFrom(ctx).V(1).Info("Lost an optimistic-concurrency race; retrying", "after", after.String(), "conflict", err.Error())
+		return ctrl.Result{RequeueAfter: after}, nil
+	case Stale(err) && q.backoff.NumRequeues(req) < staleRetries:
+		after := q.backoff.When(req)
+		ctrl.LoggerFrom(ctx).V(1).Info("Wrote to an object deleted under the cache; retrying", "after", after.String(), "notFound", err.Error())
+		return ctrl.Result{RequeueAfter: after}, nil
+	default:
+		// Not ours to quieten: controller-runtime logs and backs off. The
+		// count stays, so a NotFound that persists stays loud until a pass
+		// succeeds.
 		return res, err
 	}
-	after := q.backoff.When(req)
-	ctrl.LoggerFrom(ctx).V(1).Info("Lost an optimistic-concurrency race; retrying", "after", after.String(), "conflict", err.Error())
-	return ctrl.Result{RequeueAfter: after}, nil
+}
+
+// Stale reports whether err is, or wraps, a 404 Not Found: the object a
+// pass acted on is gone from the API server. Terminal errors are never
+// retried.
+func Stale(err error) bool {
+	return err != nil && apierrors.IsNotFound(err) && !errors.Is(err, reconcile.TerminalError(nil))
 }
 
 // Is reports whether err is, or wraps, a 409 Conflict from the API server.

@@ -219,3 +219,59 @@ func TestIs(t *testing.T) {
 		})
 	}
 }
+
+// scripted is a reconciler that returns, pass by pass, the errors it was
+// given, then nil.
+type scripted struct{ errs []error }
+
+func (s *scripted) Reconcile(context.Context, reconcile.Request) (ctrl.Result, error) {
+	if len(s.errs) == 0 {
+		return ctrl.Result{}, nil
+	}
+	err := s.errs[0]
+	s.errs = s.errs[1:]
+	return ctrl.Result{}, err
+}
+
+func TestANotFoundThatARetryResolvesIsNoError(t *testing.T) {
+	gone := fmt.Errorf("placing i on n: %w", apierrors.NewNotFound(schema.GroupResource{Resource: "macosinstances"}, "i"))
+	r := conflict.Quiet(&scripted{errs: []error{gone, gone}})
+	req := reconcile.Request{}
+	for pass := 0; pass < 3; pass++ {
+		res, err := r.Reconcile(context.Background(), req)
+		if err != nil {
+			t.Fatalf("pass %d returned %v, want a quiet requeue", pass, err)
+		}
+		if wantRequeue := pass < 2; (res.RequeueAfter > 0) != wantRequeue {
+			t.Errorf("pass %d: RequeueAfter %v, want a requeue: %v", pass, res.RequeueAfter, wantRequeue)
+		}
+	}
+}
+
+// The positive control: a NotFound that outlives the retries is an error,
+// and stays one until a pass succeeds.
+func TestANotFoundThatPersistsIsAnError(t *testing.T) {
+	gone := apierrors.NewNotFound(schema.GroupResource{Resource: "macnodes"}, "n")
+	errs := make([]error, 8)
+	for i := range errs {
+		errs[i] = gone
+	}
+	r := conflict.Quiet(&scripted{errs: errs})
+	var loud []int
+	for pass := 0; pass < 9; pass++ {
+		if _, err := r.Reconcile(context.Background(), reconcile.Request{}); err != nil {
+			if !apierrors.IsNotFound(err) {
+				t.Fatalf("pass %d returned %v, want the NotFound itself", pass, err)
+			}
+			loud = append(loud, pass)
+		}
+	}
+	if want := []int{5, 6, 7}; fmt.Sprint(loud) != fmt.Sprint(want) {
+		t.Errorf("passes returning the NotFound: %v, want %v", loud, want)
+	}
+	// A terminal NotFound is never retried.
+	term := reconcile.TerminalError(gone)
+	if _, err := conflict.Quiet(&scripted{errs: []error{term}}).Reconcile(context.Background(), reconcile.Request{}); err == nil {
+		t.Error("a terminal NotFound was swallowed")
+	}
+}

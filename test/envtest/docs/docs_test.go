@@ -105,20 +105,15 @@ func TestTheGuidesRunAsWritten(t *testing.T) {
 // bannerEnd is the banner's last words.
 const bannerEnd = "Press Ctrl-C to stop everything."
 
-// knownNoise is the one error the walk-through may still print: a
-// controller's status write on an object the cache still shows but the
-// API server has deleted (placement placing an instance deleted that
-// instant). The next pass resolves it; making it quiet is left open.
-var knownNoise = regexp.MustCompile(`ERROR operator: Reconciler error: placing [^ ]+ on [^ ]+: [^ ]+ "[^"]+" not found$`)
-
 // statusLine is a plain (not a terminal's) status line: its time, then the
 // fleet.
 var statusLine = regexp.MustCompile(`^[0-9]{2}:[0-9]{2}:[0-9]{2} chassis [0-9]+ Ready, `)
 
 // quietTerminal checks what make run printed through the pages: after the
 // banner, status lines only. The walk-through needs no person, so an error
-// above the status line would be noise (a conflict a retry resolves, a
-// refusal the page asks for), and noise scrolls the banner away.
+// above the status line would be noise (a conflict or a deleted object that
+// a retry resolves, a refusal the page asks for), and noise scrolls the
+// banner away.
 func quietTerminal(t *testing.T, logPath string) {
 	t.Helper()
 	b, err := os.ReadFile(logPath)
@@ -136,9 +131,6 @@ func quietTerminal(t *testing.T, logPath string) {
 		case strings.TrimSpace(line) == "":
 		case statusLine.MatchString(line):
 			statuses++
-		case knownNoise.MatchString(line):
-			// Named, not hidden: see knownNoise.
-			t.Logf("known noise: %s", line)
 		default:
 			other = append(other, line)
 		}
