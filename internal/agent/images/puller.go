@@ -113,12 +113,9 @@ type Puller struct {
 	// a byte; the pull is refused with ErrDiskFull when EstimatedSize
 	// does not fit.
 	Space Space
-	// Cache, when set, keeps a golden being pulled from eviction, and,
-	// with a Budget, makes room for it (Cache.MakeRoom) before the pull
-	// writes a byte; Pinned are goldens never to evict for it.
-	Cache  *Cache
-	Budget int64
-	Pinned func() map[string]bool
+	// Cache, when set, keeps a golden being pulled from eviction. The
+	// budget is the Store's: it makes room before it calls Pull.
+	Cache *Cache
 
 	mu       sync.Mutex
 	active   map[string]*download
@@ -378,9 +375,6 @@ func (p *Puller) run(ctx context.Context, name string, g *golden.Golden, src con
 	r := &pullRun{p: p, log: log, name: name, dir: p.dir(name), g: g, src: src}
 	start := p.clock().Now()
 	err := r.pull(ctx)
-	if r.release != nil {
-		r.release()
-	}
 	switch {
 	case err == nil:
 		took := p.clock().Since(start)
@@ -416,8 +410,6 @@ type pullRun struct {
 	dir  string
 	g    *golden.Golden
 	src  content.Fetcher
-	// release frees the room makeRoom reserved, once the pull ends.
-	release func()
 
 	mu       sync.Mutex
 	st       *pullState
@@ -454,7 +446,7 @@ func (r *pullRun) pull(ctx context.Context) error {
 	}
 	r.st, r.verified = st, st.verifiedSet()
 
-	if err := r.p.makeRoom(ctx, r); err != nil {
+	if err := r.p.checkSpace(ctx, r); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -549,40 +541,22 @@ func (r *pullRun) pull(ctx context.Context) error {
 	return err
 }
 
-// makeRoom applies the Space pre-check and the Cache budget.
-func (p *Puller) makeRoom(ctx context.Context, r *pullRun) error {
-	if p.Space == nil && (p.Cache == nil || p.Budget <= 0) {
-		return nil
+// checkSpace refuses a pull that would not fit the free space, before it
+// writes a byte.
+func (p *Puller) checkSpace(ctx context.Context, r *pullRun) error {
+	if p.Space == nil {
+		return ctx.Err()
 	}
 	need := EstimatedSize(r.g)
 	if have, err := allocatedBytes(r.dir); err == nil {
 		need = max(need-have, 0)
 	}
-	if p.Cache != nil && p.Budget > 0 {
-		pinned := map[string]bool{r.name: true}
-		if p.Pinned != nil {
-			for n, v := range p.Pinned() {
-				pinned[n] = pinned[n] || v
-			}
-		}
-		evicted, release, err := p.Cache.Reserve(r.name, need, p.Budget, pinned)
-		if len(evicted) > 0 {
-			r.log.Info("evicted goldens to make room", "evicted", evicted, "need", need)
-		}
-		if err != nil {
-			return err
-		}
-		r.release = release
+	free, err := p.Space.Free(p.Root)
+	if err != nil {
+		return fmt.Errorf("free space of %s: %w", p.Root, err)
 	}
-	if p.Space != nil {
-		root := p.Root
-		free, err := p.Space.Free(root)
-		if err != nil {
-			return fmt.Errorf("free space of %s: %w", root, err)
-		}
-		if free < need {
-			return fmt.Errorf("%w: the golden needs up to %d bytes, %d free on %s", ErrDiskFull, need, free, root)
-		}
+	if free < need {
+		return fmt.Errorf("%w: the golden needs up to %d bytes, %d free on %s", ErrDiskFull, need, free, p.Root)
 	}
 	return ctx.Err()
 }
