@@ -341,7 +341,7 @@ func (c Config) addKubelet(mgr manager.Manager, cfg *rest.Config) error {
 func (c Config) reportFacts(ctx context.Context, rep *report.Reporter) {
 	for {
 		if err := c.publishFacts(ctx, rep); err != nil {
-			c.Log.Error(err, "Reading facts failed; those read are reported")
+			c.Log.Error(err, "Reading the facts failed")
 		}
 		select {
 		case <-ctx.Done():
@@ -377,6 +377,7 @@ func (c Config) publishFacts(ctx context.Context, rep *report.Reporter) error {
 		}
 	}
 	if facts.Quota != nil {
+		// The facts source's word is about the boot it was read in.
 		facts.Quota.BootID = facts.BootID
 	} else {
 		// No refusal seen in this boot.

@@ -776,14 +776,17 @@ func (r *Instances) writeQuota(ctx context.Context, q *fleetv1alpha1.QuotaReport
 	}
 	q.BootID = boot
 	// Kept first: an agent that dies before the report goes out reports it
-	// from the state directory when it starts again, in this boot.
+	// from the state directory when it starts again, in this boot. One
+	// lock over the three, so that two reports (the loop's, the probe's)
+	// leave the same last one in each.
+	r.quotaMu.Lock()
 	if err := r.writeState(quotaFile, q); err != nil {
+		r.quotaMu.Unlock()
 		return fmt.Errorf("keeping the quota report %s in the state directory: %w", q.State, err)
 	}
-	r.quotaMu.Lock()
 	r.quota = q.DeepCopy()
-	r.quotaMu.Unlock()
 	r.Report.Quota(q)
+	r.quotaMu.Unlock()
 	if err := r.Report.Flush(ctx); err != nil {
 		return fmt.Errorf("reporting the quota state %s: %w", q.State, err)
 	}
