@@ -266,7 +266,7 @@ func run(ctx context.Context, cfg *rest.Config, c Config, wg *sync.WaitGroup, re
 		Images: store, Log: c.Log.WithName("instances"),
 		BootID: c.BootID, Rebooter: c.Rebooter, Rebooted: rebooted, SimKernel: c.SimKernel,
 		GuestKey: guestKey, Report: rep,
-		Jobs:     &jobs.Runners{Parent: ctx, New: c.jobLoop(), Log: c.Log.WithName("jobs")},
+		Jobs: &jobs.Runners{Parent: ctx, New: c.jobLoop(), Log: c.Log.WithName("jobs")},
 		Scripts: func(inst *computev1alpha1.MacOSInstance) jobs.ScriptRunner {
 			return guests.Scripts(inst)
 		},
