@@ -39,9 +39,11 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/agent/driver/sim"
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
 	"github.com/boualleiguie/macrack-operator/internal/agent/host"
+	"github.com/boualleiguie/macrack-operator/internal/agent/images"
 	"github.com/boualleiguie/macrack-operator/internal/agent/instances"
 	"github.com/boualleiguie/macrack-operator/internal/agent/jobs"
 	"github.com/boualleiguie/macrack-operator/internal/agent/kubelet"
+	"github.com/boualleiguie/macrack-operator/internal/agent/report"
 	"github.com/boualleiguie/macrack-operator/internal/agent/servingcert"
 	"github.com/boualleiguie/macrack-operator/internal/agent/sessions"
 	"github.com/boualleiguie/macrack-operator/internal/guest"
@@ -245,7 +247,14 @@ func run(ctx context.Context, cfg *rest.Config, c Config, wg *sync.WaitGroup, re
 		return fmt.Errorf("creating the agent's manager: %w", err)
 	}
 	recorder := mgr.GetEventRecorder("macrack-agent")
-	store, budget := c.imageStore(direct, mgr.GetClient(), recorder)
+	// The one writer of status.reported: the facts, the quota, the
+	// inventory, the golden cache and the wipes publish into it.
+	rep := &report.Reporter{Client: direct, NodeName: c.NodeName, Clock: c.Clock, Log: c.Log.WithName("report")}
+	wg.Go(func() { _ = rep.Run(ctx) })
+	chassis := &images.Chassis{NodeName: c.NodeName, Direct: direct, Cached: mgr.GetClient(), Recorder: recorder, Report: rep,
+		Clock: c.Clock, Log: c.Log.WithName("images"), Poll: c.Poll, ReportInterval: c.ImagesInterval}
+	store := chassis.NewStore(images.StoreOptions{Root: filepath.Join(c.StateDir, "images"), BudgetOverride: c.ImageCacheBudget,
+		Concurrency: c.PullConcurrency, RegistryAuth: c.RegistryAuth, Retry: c.PullRetry})
 	if err := mgr.Add(manager.RunnableFunc(store.Run)); err != nil {
 		return err
 	}
@@ -256,8 +265,8 @@ func run(ctx context.Context, cfg *rest.Config, c Config, wg *sync.WaitGroup, re
 		NewMachineID: c.NewMachineID, APIReader: mgr.GetAPIReader(), Recorder: recorder,
 		Images: store, Log: c.Log.WithName("instances"),
 		BootID: c.BootID, Rebooter: c.Rebooter, Rebooted: rebooted, SimKernel: c.SimKernel,
-		GuestKey: guestKey,
-		Jobs:     &jobs.Runners{Parent: ctx, New: c.jobLoop(), Log: c.Log.WithName("jobs")},
+		GuestKey: guestKey, Report: rep,
+		Jobs: &jobs.Runners{Parent: ctx, New: c.jobLoop(), Log: c.Log.WithName("jobs")},
 		Scripts: func(inst *computev1alpha1.MacOSInstance) jobs.ScriptRunner {
 			return guests.Scripts(inst)
 		},
@@ -266,8 +275,8 @@ func run(ctx context.Context, cfg *rest.Config, c Config, wg *sync.WaitGroup, re
 	if err := inst.LoadQuota(ctx); err != nil {
 		c.Log.Error(err, "Taking up the last quota report failed; the facts source's word stands until the loop reports")
 	}
-	flush := make(chan chan<- error)
-	inst.ReportWipes = flushReport(flush)
+	// This run's wipes, none yet, replace an earlier run's.
+	rep.Wipes(inst.RecentWipes())
 	if err := inst.SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -284,15 +293,11 @@ func run(ctx context.Context, cfg *rest.Config, c Config, wg *sync.WaitGroup, re
 	}
 	hb := &host.Heartbeat{Client: direct, NodeReader: mgr.GetCache(), NodeName: c.NodeName, Interval: c.HeartbeatInterval, Clock: c.Clock, Log: c.Log.WithName("heartbeat")}
 	wg.Go(func() { _ = hb.Run(ctx) })
-	wg.Go(func() { c.reportFacts(ctx, direct, inst.ReportingQuota) })
-	wg.Go(func() { c.reportImages(ctx, direct, store, inst.RecentWipes, flush) })
+	wg.Go(func() { c.reportFacts(ctx, rep) })
+	wg.Go(func() { _ = chassis.RunReport(ctx, store) })
 	// The pre-pull loop reads the MacNode, its class and the images from
-	// the cache (the manager starts it once the cache has synced): a
-	// thousand agents polling the API server would be 300 reads a second.
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		c.prePull(ctx, mgr.GetClient(), store, budget)
-		return nil
-	})); err != nil {
+	// the cache: the manager starts it once the cache has synced.
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return chassis.RunPrePull(ctx, store) })); err != nil {
 		return err
 	}
 	return mgr.Start(ctx)
@@ -332,11 +337,11 @@ func (c Config) addKubelet(mgr manager.Manager, cfg *rest.Config) error {
 	return mgr.Add(manager.RunnableFunc(srv.Run))
 }
 
-// reportFacts reports the facts at once, then every FactsInterval.
-func (c Config) reportFacts(ctx context.Context, cl client.Client, reportingQuota func(func(*fleetv1alpha1.QuotaReport) error) error) {
+// reportFacts publishes the facts at once, then every FactsInterval.
+func (c Config) reportFacts(ctx context.Context, rep *report.Reporter) {
 	for {
-		if err := c.reportFactsWith(ctx, cl, reportingQuota); err != nil {
-			c.Log.Error(err, "Reporting facts failed")
+		if err := c.publishFacts(ctx, rep); err != nil {
+			c.Log.Error(err, "Reading the facts failed")
 		}
 		select {
 		case <-ctx.Done():
@@ -346,19 +351,12 @@ func (c Config) reportFacts(ctx context.Context, cl client.Client, reportingQuot
 	}
 }
 
-// reportFactsOnce reports the facts, with the host's boot id, and with the
-// quota state the instance loop last reported in this boot in place of
-// the facts source's: only the loop sees the kernel refuse a start, and a
-// Stuck it reported stands until it reports again, or the host reboots.
-func (c Config) reportFactsOnce(ctx context.Context, cl client.Client, lastQuota func() *fleetv1alpha1.QuotaReport) error {
-	return c.reportFactsWith(ctx, cl, func(fn func(*fleetv1alpha1.QuotaReport) error) error { return fn(lastQuota()) })
-}
-
-// reportFactsWith is reportFactsOnce with the loop's last quota taken
-// under reportingQuota (Instances.ReportingQuota): the facts are gathered
-// first, then the quota is read and the facts written with no quota
-// report of the loop in between, which the write would undo.
-func (c Config) reportFactsWith(ctx context.Context, cl client.Client, reportingQuota func(func(*fleetv1alpha1.QuotaReport) error) error) error {
+// publishFacts publishes the facts, with the host's boot id. Their quota
+// is the facts source's word, about this boot: the reporter sends it only
+// until the instance loop reports its own, for only the loop sees the
+// kernel refuse a start, and a Stuck it reported stands until it reports
+// again, or the host reboots.
+func (c Config) publishFacts(ctx context.Context, rep *report.Reporter) error {
 	// A source that could read only some facts returns them with why the
 	// rest are unknown: they are reported all the same, the unknown ones
 	// cleared, so that the operator judges what is known now.
@@ -378,23 +376,15 @@ func (c Config) reportFactsWith(ctx context.Context, cl client.Client, reporting
 			facts.BootID = id
 		}
 	}
-	// The inventory has its own writer, the reaper, and the golden cache
-	// and the wipes theirs, reportImages: a facts source's word on them
-	// would undo those writers'.
-	facts.Inventory, facts.Images, facts.ImageCache, facts.ImagePulls, facts.Wipes = nil, nil, nil, nil, nil
-	return errors.Join(factsErr, reportingQuota(func(last *fleetv1alpha1.QuotaReport) error {
-		switch {
-		case last != nil:
-			facts.Quota = last
-		case facts.Quota != nil:
-			// The facts source's word is about the boot it was read in.
-			facts.Quota.BootID = facts.BootID
-		default:
-			// No refusal seen in this boot.
-			facts.Quota = &fleetv1alpha1.QuotaReport{State: fleetv1alpha1.QuotaOK, BootID: facts.BootID}
-		}
-		return host.ReportFacts(ctx, cl, c.NodeName, facts)
-	}))
+	if facts.Quota != nil {
+		// The facts source's word is about the boot it was read in.
+		facts.Quota.BootID = facts.BootID
+	} else {
+		// No refusal seen in this boot.
+		facts.Quota = &fleetv1alpha1.QuotaReport{State: fleetv1alpha1.QuotaOK, BootID: facts.BootID}
+	}
+	rep.Facts(facts)
+	return factsErr
 }
 
 func ptrTrue() *bool { t := true; return &t }

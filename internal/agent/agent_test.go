@@ -13,10 +13,21 @@ import (
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent/host"
+	"github.com/boualleiguie/macrack-operator/internal/agent/report"
 	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
 )
 
 const testNode = "c02test00001"
+
+// reportFactsOnce publishes the facts into rep, after the instance loop's
+// last quota report if there is one, and writes the report, as the agent's
+// loops and its reporter do.
+func (c Config) reportFactsOnce(ctx context.Context, rep *report.Reporter, last *fleetv1alpha1.QuotaReport) error {
+	if last != nil {
+		rep.Quota(last)
+	}
+	return errors.Join(c.publishFacts(ctx, rep), rep.Flush(ctx))
+}
 
 // The facts reporter sends the facts source's quota word (OK, in the sim)
 // only until the instance loop has reported its own: a Stuck stands. The
@@ -43,11 +54,11 @@ func TestTheFactsReporterDoesNotUndoAStuckQuota(t *testing.T) {
 	}
 	// What the instance loop last reported: nothing before any refusal.
 	var last *fleetv1alpha1.QuotaReport
-	lastQuota := func() *fleetv1alpha1.QuotaReport { return last.DeepCopy() }
+	rep := &report.Reporter{Client: c, NodeName: testNode}
 
 	cfg := Config{NodeName: testNode, Facts: host.StaticFacts{Reported: &fleetv1alpha1.ReportedFacts{Chip: "M4",
 		Quota: &fleetv1alpha1.QuotaReport{State: fleetv1alpha1.QuotaOK}}}}
-	if err := cfg.reportFactsOnce(context.Background(), c, lastQuota); err != nil {
+	if err := cfg.reportFactsOnce(context.Background(), rep, last); err != nil {
 		t.Fatal(err)
 	}
 	if q := quota(); q == nil || q.State != fleetv1alpha1.QuotaOK {
@@ -55,7 +66,7 @@ func TestTheFactsReporterDoesNotUndoAStuckQuota(t *testing.T) {
 	}
 	// The loop saw the kernel refuse a start with code 6, one VM running.
 	last = &fleetv1alpha1.QuotaReport{State: fleetv1alpha1.QuotaStuck, RunningVMs: 1, LastErrorCode: 6}
-	if err := cfg.reportFactsOnce(context.Background(), c, lastQuota); err != nil {
+	if err := cfg.reportFactsOnce(context.Background(), rep, last); err != nil {
 		t.Fatal(err)
 	}
 	if q := quota(); q == nil || q.State != fleetv1alpha1.QuotaStuck || q.RunningVMs != 1 || q.LastErrorCode != 6 {
@@ -93,16 +104,17 @@ func TestTheFactsReportCarriesTheBootIDAndAWholeQuota(t *testing.T) {
 	at := metav1.Now()
 	last := &fleetv1alpha1.QuotaReport{State: fleetv1alpha1.QuotaStuck, BootID: "boot-1", RunningVMs: 1, LastErrorCode: 6, LastErrorAt: &at,
 		Probe: &fleetv1alpha1.QuotaProbe{BootID: "boot-0", Result: fleetv1alpha1.ProbeFailed, At: at}}
-	if err := cfg.reportFactsOnce(context.Background(), c, func() *fleetv1alpha1.QuotaReport { return last.DeepCopy() }); err != nil {
+	if err := cfg.reportFactsOnce(context.Background(), &report.Reporter{Client: c, NodeName: testNode}, last); err != nil {
 		t.Fatal(err)
 	}
 	if r := reported(); r.BootID != "boot-1" || r.Quota.State != fleetv1alpha1.QuotaStuck || r.Quota.Probe == nil {
 		t.Fatalf("reported %+v, want boot-1 and the loop's Stuck", r)
 	}
 
-	// The host rebooted; the loop has reported nothing in the new boot.
+	// The host rebooted; the agent's new run has reported nothing in the
+	// new boot.
 	cfg.BootID = staticBoot("boot-2")
-	if err := cfg.reportFactsOnce(context.Background(), c, func() *fleetv1alpha1.QuotaReport { return nil }); err != nil {
+	if err := cfg.reportFactsOnce(context.Background(), &report.Reporter{Client: c, NodeName: testNode}, nil); err != nil {
 		t.Fatal(err)
 	}
 	r := reported()
@@ -147,7 +159,7 @@ func TestAFactThatTurnsUnknownIsClearedAndTheRestReported(t *testing.T) {
 	}
 
 	control := Config{NodeName: testNode, Facts: host.StaticFacts{Reported: &fleetv1alpha1.ReportedFacts{SIPEnabled: ptr.To(true), Chip: "M4"}}}
-	if err := control.reportFactsOnce(context.Background(), c, func() *fleetv1alpha1.QuotaReport { return nil }); err != nil {
+	if err := control.reportFactsOnce(context.Background(), &report.Reporter{Client: c, NodeName: testNode}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if r := reported(); r.SIPEnabled == nil || !*r.SIPEnabled || r.BootArgs != "" || r.Inventory == nil {
@@ -155,7 +167,7 @@ func TestAFactThatTurnsUnknownIsClearedAndTheRestReported(t *testing.T) {
 	}
 
 	cfg := Config{NodeName: testNode, Facts: partialFacts{}}
-	err = cfg.reportFactsOnce(context.Background(), c, func() *fleetv1alpha1.QuotaReport { return nil })
+	err = cfg.reportFactsOnce(context.Background(), &report.Reporter{Client: c, NodeName: testNode}, nil)
 	if err == nil || !strings.Contains(err.Error(), "sipEnabled unknown") {
 		t.Fatalf("want the unknown facts' error back, got %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent/host"
+	"github.com/boualleiguie/macrack-operator/internal/agent/report"
 	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
 )
 
@@ -51,11 +52,13 @@ func TestTheGuestKeyIsPublishedInTheFactsWrite(t *testing.T) {
 		}
 		return got.Status.Reported
 	}
-	noQuota := func() *fleetv1alpha1.QuotaReport { return nil }
+	// A reporter of its own for each report: one that wrote these facts
+	// already would not write them again.
+	fresh := func() *report.Reporter { return &report.Reporter{Client: c, NodeName: testNode} }
 	source := host.StaticFacts{Reported: &fleetv1alpha1.ReportedFacts{Chip: "M4"}}
 
 	control := Config{NodeName: testNode, Facts: source}
-	if err := control.reportFactsOnce(context.Background(), c, noQuota); err != nil {
+	if err := control.reportFactsOnce(context.Background(), fresh(), nil); err != nil {
 		t.Fatal(err)
 	}
 	if r := reported(); r.GuestKey != nil || r.Chip != "M4" {
@@ -69,7 +72,7 @@ func TestTheGuestKeyIsPublishedInTheFactsWrite(t *testing.T) {
 	cfg := Config{NodeName: testNode, Facts: host.GuestKeyFacts{FactsSource: source, Key: key.Public()}}
 	before := len(patches)
 	for range 2 {
-		if err := cfg.reportFactsOnce(context.Background(), c, noQuota); err != nil {
+		if err := cfg.reportFactsOnce(context.Background(), fresh(), nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent/host"
 	"github.com/boualleiguie/macrack-operator/internal/agent/images"
+	"github.com/boualleiguie/macrack-operator/internal/agent/report"
 	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
 )
 
@@ -44,15 +45,13 @@ func TestThePullCountersCarryOnFromTheLastRunAndSurviveAFactsReport(t *testing.T
 	store.CountCacheHit("sequoia") // this run's, before its first report
 	cfg := Config{NodeName: testNode, Clock: clocktesting.NewFakeClock(time.Now()),
 		Facts: host.StaticFacts{Reported: &fleetv1alpha1.ReportedFacts{Chip: "M4"}}}
-	ctx, cancel := context.WithCancel(context.Background())
-	flush := make(chan chan<- error)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		cfg.reportImages(ctx, c, store, func() []fleetv1alpha1.WipeEvidence { return nil }, flush)
-	}()
-	defer func() { cancel(); <-done }()
-	if err := flushReport(flush)(ctx); err != nil {
+	ctx := context.Background()
+	rep := &report.Reporter{Client: c, NodeName: testNode}
+	chassis := &images.Chassis{NodeName: testNode, Direct: c, Report: rep, Clock: cfg.Clock}
+	if err := chassis.PublishReport(ctx, store); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	want := fleetv1alpha1.ImagePullCounters{Name: "sequoia", Pulls: 2, PullMilliseconds: 3000, Bytes: 100, CacheHits: 5}
@@ -60,7 +59,7 @@ func TestThePullCountersCarryOnFromTheLastRunAndSurviveAFactsReport(t *testing.T
 		t.Fatalf("reported %+v, want %+v: the earlier run's counters plus this run's hit", got, want)
 	}
 
-	if err := cfg.reportFactsOnce(context.Background(), c, func() *fleetv1alpha1.QuotaReport { return nil }); err != nil {
+	if err := cfg.reportFactsOnce(ctx, rep, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := pulls(); len(got) != 1 || got[0] != want {

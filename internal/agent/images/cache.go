@@ -285,7 +285,7 @@ func (c *Cache) makeRoomLocked(need, budget int64, pinned map[string]bool) ([]st
 		if err := removeDir(filepath.Join(c.Root, e.Name)); err != nil {
 			return evicted, fmt.Errorf("evict %s: %w", e.Name, err)
 		}
-		c.Log.Info("evicted golden", "golden", e.Name, "ready", e.Ready, "bytes", e.AllocatedBytes,
+		c.Log.Info("Evicted golden", "image", e.Name, "ready", e.Ready, "bytes", e.AllocatedBytes,
 			"lastUsed", e.LastUsed)
 		evicted = append(evicted, e.Name)
 	}
@@ -346,7 +346,7 @@ func (c *Cache) Clone(name string, manifest digest.Digest, diskDst, auxDst strin
 		}
 	}
 	if err := c.Touch(name); err != nil {
-		c.Log.Error(err, "cannot record golden use", "golden", name)
+		c.Log.Error(err, "Cannot record golden use", "image", name)
 	}
 	return m, nil
 }

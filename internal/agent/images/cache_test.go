@@ -9,8 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	clocktesting "k8s.io/utils/clock/testing"
+	"oras.land/oras-go/v2/content"
+
+	"github.com/boualleiguie/macrack-operator/internal/golden"
 )
 
 // cacheFixture pulls ready goldens a, b, c and a partial download d into
@@ -195,15 +199,28 @@ func TestReserveCountsAPullInFlight(t *testing.T) {
 	release2()
 }
 
+// The store holds the cache to its budget: it makes room before the
+// Puller writes a byte.
 func TestPullMakesRoomWithinBudget(t *testing.T) {
 	c, _, _ := cacheFixture(t)
 	_, total := usage(t, c)
 	tg := buildGolden(t, smallDisk(110), testChunk)
 	p := newPuller(t, c.Root)
 	p.Cache = c
-	p.Pinned = func() map[string]bool { return map[string]bool{"a": true} }
-	p.Budget = total + EstimatedSize(tg.g) - 1 // one golden must go
-	if err := p.Pull(context.Background(), "e", tg.g, tg.store); err != nil {
+	budget := total + EstimatedSize(tg.g) - 1 // one golden must go
+	s := &Store{Puller: p, Cache: c, Log: logr.Discard(),
+		Pinned: func() map[string]bool { return map[string]bool{"a": true} },
+		Budget: func() int64 { return budget }}
+	// pull is the store's: room first, then the Puller.
+	pull := func(name string, g *golden.Golden, src content.Fetcher) error {
+		release, err := s.makeRoom(name, g)
+		if err != nil {
+			return err
+		}
+		defer release()
+		return p.Pull(context.Background(), name, g, src)
+	}
+	if err := pull("e", tg.g, tg.store); err != nil {
 		t.Fatal(err)
 	}
 	if got := present(c); !reflect.DeepEqual(got, []string{"a", "b", "c"}) {
@@ -212,9 +229,9 @@ func TestPullMakesRoomWithinBudget(t *testing.T) {
 	// Too small a budget: a NoRoomError, and nothing fetched or evicted.
 	tg2 := buildGolden(t, smallDisk(111), testChunk)
 	f := newFetcher(tg2.store)
-	p.Budget = 1
+	budget = 1
 	var nr *NoRoomError
-	if err := p.Pull(context.Background(), "f", tg2.g, f); !errors.As(err, &nr) {
+	if err := pull("f", tg2.g, f); !errors.As(err, &nr) {
 		t.Fatalf("pull error %v, want NoRoomError", err)
 	}
 	if f.total() != 0 || !reflect.DeepEqual(present(c), []string{"a", "b", "c"}) {

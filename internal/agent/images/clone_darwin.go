@@ -23,6 +23,6 @@ func (c FSCloner) Clone(src, dst string) (Method, error) {
 	if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOENT) {
 		return "", &fs.PathError{Op: "clonefile", Path: dst, Err: err}
 	}
-	c.Log.V(1).Info("clonefile unavailable; sparse copy", "src", src, "error", err.Error())
+	c.Log.V(1).Info("Clonefile unavailable; sparse copy", "src", src, "error", err.Error())
 	return MethodSparseCopy, SparseCopy(src, dst)
 }

@@ -206,29 +206,11 @@ func (s *Store) pullOnce(ctx context.Context, img *fleetv1alpha1.MacOSImage, p *
 	if err != nil {
 		return fmt.Errorf("resolving %s: %w", img.Spec.Source, err)
 	}
-	if s.Budget != nil {
-		pinned := s.pinned()
-		pinned[img.Name] = true
-		// What the image's directory holds already (a partial download
-		// to resume, or the golden the pull replaces) is in the usage
-		// MakeRoom counts: need is only what it may add, as in
-		// Puller.makeRoom.
-		need := EstimatedSize(g)
-		if have, err := allocatedBytes(s.Cache.Files(img.Name).Dir); err == nil {
-			need = max(need-have, 0)
-		}
-		evicted, release, err := s.Cache.Reserve(img.Name, need, s.Budget(), pinned)
-		for _, name := range evicted {
-			if s.OnEvict != nil {
-				s.OnEvict(name, fmt.Sprintf("least recently used; evicted to make room for %s (%d bytes) within the cache budget of %d bytes",
-					img.Name, need, s.Budget()))
-			}
-		}
-		if err != nil {
-			return err
-		}
-		defer release()
+	release, err := s.makeRoom(img.Name, g)
+	if err != nil {
+		return err
 	}
+	defer release()
 	s.mu.Lock()
 	p.waiting = ""
 	s.mu.Unlock()
@@ -237,6 +219,37 @@ func (s *Store) pullOnce(ctx context.Context, img *fleetv1alpha1.MacOSImage, p *
 		src = yielding{Fetcher: repo, store: s, pull: p}
 	}
 	return s.Puller.Pull(ctx, img.Name, g, src)
+}
+
+// makeRoom reserves room for name's golden g within the budget, evicting
+// the least recently used goldens that are not pinned, and returns the
+// release of its reservation, for when the pull ends. The store alone
+// holds the cache to its budget: the Puller only checks the free space.
+func (s *Store) makeRoom(name string, g *golden.Golden) (func(), error) {
+	if s.Budget == nil {
+		return func() {}, nil
+	}
+	pinned := s.pinned()
+	pinned[name] = true
+	// What the image's directory holds already (a partial download to
+	// resume, or the golden the pull replaces) is in the usage Reserve
+	// counts: need is only what it may add.
+	need := EstimatedSize(g)
+	if have, err := allocatedBytes(s.Cache.Files(name).Dir); err == nil {
+		need = max(need-have, 0)
+	}
+	budget := s.Budget()
+	evicted, release, err := s.Cache.Reserve(name, need, budget, pinned)
+	for _, e := range evicted {
+		if s.OnEvict != nil {
+			s.OnEvict(e, fmt.Sprintf("least recently used; evicted to make room for %s (%d bytes) within the cache budget of %d bytes",
+				name, need, budget))
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return release, nil
 }
 
 func (s *Store) pinned() map[string]bool {

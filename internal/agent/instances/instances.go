@@ -34,6 +34,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/agent/host"
 	"github.com/boualleiguie/macrack-operator/internal/agent/images"
 	"github.com/boualleiguie/macrack-operator/internal/agent/jobs"
+	"github.com/boualleiguie/macrack-operator/internal/agent/report"
 	"github.com/boualleiguie/macrack-operator/internal/agent/vmspec"
 	"github.com/boualleiguie/macrack-operator/internal/cachewait"
 	"github.com/boualleiguie/macrack-operator/internal/conflict"
@@ -77,10 +78,10 @@ type Instances struct {
 	// PullPoll is how often an instance waiting on its golden's pull looks
 	// again (1s if zero).
 	PullPoll time.Duration
-	// ReportWipes, if set, writes the latest wipes into the MacNode's
-	// status.reported.wipes now, and returns once it has: a release copies
-	// them into the chassis' history as soon as the last instance is gone.
-	ReportWipes func(context.Context) error
+	// Report owns the MacNode's status.reported: the loop publishes the
+	// quota, the inventory and the wipes into it, and flushes it when one
+	// must be on record before it goes on.
+	Report *report.Reporter
 
 	// BootID says which boot of the host this is: a quota report is about
 	// one boot, and the quarantine loop reads a reboot from it. Nil
@@ -113,14 +114,10 @@ type Instances struct {
 	// start between the two.
 	vmMu sync.Mutex
 
-	// quota is the last quota state reported, which the facts reporter
-	// sends on, rather than letting the facts source's word undo it. It is
-	// kept in the state directory too, so that an agent restart does not
-	// undo it either; quotaWriteMu orders its writes with the facts
-	// reporter's.
-	quotaMu      sync.Mutex
-	quota        *fleetv1alpha1.QuotaReport
-	quotaWriteMu sync.Mutex
+	// quota is the last quota state reported. It is kept in the state
+	// directory too, so that an agent restart does not undo it.
+	quotaMu sync.Mutex
+	quota   *fleetv1alpha1.QuotaReport
 
 	// quarantine is the quarantine loop's memory of this process.
 	quarantine quarantineState
@@ -153,6 +150,7 @@ func (r *Instances) recordWipe(w fleetv1alpha1.WipeEvidence) {
 	if n := len(r.wipes); n > fleetv1alpha1.MaxWipeRecords {
 		r.wipes = r.wipes[n-fleetv1alpha1.MaxWipeRecords:]
 	}
+	r.Report.Wipes(r.wipes)
 }
 
 // recordedWipe is the evidence recordWipe kept of the wipe of uid, if any.
@@ -181,20 +179,10 @@ func (r *Instances) LastQuota() *fleetv1alpha1.QuotaReport {
 	return r.quota.DeepCopy()
 }
 
-// ReportingQuota runs fn with LastQuota, ordered with the loop's own quota
-// reports: the facts reporter writes the quota fn is given, and a report
-// of the loop must not land between its read and its write, only to be
-// overwritten.
-func (r *Instances) ReportingQuota(fn func(last *fleetv1alpha1.QuotaReport) error) error {
-	r.quotaWriteMu.Lock()
-	defer r.quotaWriteMu.Unlock()
-	return fn(r.LastQuota())
-}
-
 // LoadQuota takes up the quota report an earlier run of the agent left in
-// the state directory, if it is about this boot: a Stuck stands until the
-// host reboots, whatever the facts source says. A report of an earlier
-// boot is dropped, since the reboot reset the counter.
+// the state directory, if it is about this boot, and publishes it: a Stuck
+// stands until the host reboots, whatever the facts source says. A report
+// of an earlier boot is dropped, since the reboot reset the counter.
 func (r *Instances) LoadQuota(ctx context.Context) error {
 	var q fleetv1alpha1.QuotaReport
 	ok, err := r.readState(quotaFile, &q)
@@ -212,6 +200,7 @@ func (r *Instances) LoadQuota(ctx context.Context) error {
 	r.quotaMu.Lock()
 	r.quota = &q
 	r.quotaMu.Unlock()
+	r.Report.Quota(&q)
 	r.Log.Info("Took up the quota report of this boot", "bootID", boot, "quotaState", q.State)
 	return nil
 }
@@ -498,8 +487,9 @@ func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *compute
 	}
 	r.Jobs.Forget(inst.UID)
 	// The operator returns the chassis only once its inventory is empty:
-	// say so now rather than on the reaper's next pass.
-	if err := r.ReportInventory(ctx, log); err != nil {
+	// say so with the wipe's evidence rather than on the reaper's next
+	// pass.
+	if err := r.publishInventory(ctx, log); err != nil {
 		log.Error(err, "Reporting the inventory after a wipe failed; the reaper reports it on its next pass")
 	}
 	// instance.wipe: the finalizer comes off only after the wipe is on record.
@@ -521,11 +511,9 @@ func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *compute
 	}
 	// The chassis' history takes the evidence from the MacNode's report
 	// when the lease is released, which may be as soon as this instance is
-	// gone: report it first.
-	if r.ReportWipes != nil {
-		if err := r.ReportWipes(ctx); err != nil {
-			return fmt.Errorf("reporting the wipe of %s on MacNode %s: %w", uid, r.NodeName, err)
-		}
+	// gone: report it first, with the emptied inventory, in one write.
+	if err := r.Report.Flush(ctx); err != nil {
+		return fmt.Errorf("reporting the wipe of %s on MacNode %s: %w", uid, r.NodeName, err)
 	}
 	finalizers := slices.DeleteFunc(slices.Clone(inst.Finalizers), func(f string) bool { return f == fleetv1alpha1.DiskWipeFinalizer })
 	if err := r.patchFinalizers(ctx, inst, finalizers); err != nil {
@@ -778,38 +766,28 @@ func (r *Instances) reportQuota(ctx context.Context, log logr.Logger, refusedAt 
 }
 
 // writeQuota keeps q, stamped with the current boot, in memory and in the
-// state directory, for the facts reporter and the agent's next start, and
-// reports it as the whole of status.reported.quota. A quota whose boot
-// the agent cannot tell is not reported.
+// state directory, for the agent's next start, and reports it as the whole
+// of status.reported.quota, at once. A quota whose boot the agent cannot
+// tell is not reported.
 func (r *Instances) writeQuota(ctx context.Context, q *fleetv1alpha1.QuotaReport) error {
 	boot, err := r.bootID(ctx)
 	if err != nil {
 		return fmt.Errorf("reporting the quota state %s: %w", q.State, err)
 	}
 	q.BootID = boot
-	// Every field spelt out, 0 and null included: a merge patch keeps what
-	// it does not name, and a stale runningVMs or probe must not survive.
-	fields, err := host.QuotaPatch(q)
-	if err != nil {
-		return err
-	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"reported": map[string]any{"quota": fields}}})
-	if err != nil {
-		return err
-	}
-	r.quotaWriteMu.Lock()
-	defer r.quotaWriteMu.Unlock()
 	// Kept first: an agent that dies before the report goes out reports it
-	// from the state directory when it starts again, in this boot.
+	// from the state directory when it starts again, in this boot. One
+	// lock over the three, so that two reports (the loop's, the probe's)
+	// leave the same last one in each.
+	r.quotaMu.Lock()
 	if err := r.writeState(quotaFile, q); err != nil {
+		r.quotaMu.Unlock()
 		return fmt.Errorf("keeping the quota report %s in the state directory: %w", q.State, err)
 	}
-	r.quotaMu.Lock()
 	r.quota = q.DeepCopy()
+	r.Report.Quota(q)
 	r.quotaMu.Unlock()
-	mn := &fleetv1alpha1.MacNode{}
-	mn.Name = r.NodeName
-	if err := r.Client.Status().Patch(ctx, mn, client.RawPatch(types.MergePatchType, patch)); err != nil {
+	if err := r.Report.Flush(ctx); err != nil {
 		return fmt.Errorf("reporting the quota state %s: %w", q.State, err)
 	}
 	return nil

@@ -34,6 +34,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/agent/driver/sim"
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
 	"github.com/boualleiguie/macrack-operator/internal/agent/images"
+	"github.com/boualleiguie/macrack-operator/internal/agent/report"
 	"github.com/boualleiguie/macrack-operator/internal/golden"
 	"github.com/boualleiguie/macrack-operator/internal/golden/simgolden"
 	macrackscheme "github.com/boualleiguie/macrack-operator/internal/scheme"
@@ -159,7 +160,8 @@ func newRig(t *testing.T, names ...string) *rig {
 	rg.events = events.NewFakeRecorder(100)
 	rg.r = &Instances{Client: rg.c, NodeName: testNode, Launcher: rg.launcher, Disks: disks, Clock: clock.RealClock{},
 		StopGrace: time.Second, GuestPort: 1024, Poll: time.Second, NewMachineID: RandomMachineID,
-		APIReader: rg.c, Recorder: rg.events, Images: cachedGolden(t, filepath.Join(dir, "images"), store, img), Log: logr.Discard()}
+		APIReader: rg.c, Recorder: rg.events, Images: cachedGolden(t, filepath.Join(dir, "images"), store, img), Log: logr.Discard(),
+		Report: &report.Reporter{Client: rg.c, NodeName: testNode, Log: logr.Discard()}}
 	return rg
 }
 

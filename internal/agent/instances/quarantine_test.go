@@ -21,6 +21,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/agent/driver"
 	"github.com/boualleiguie/macrack-operator/internal/agent/driver/sim"
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
+	"github.com/boualleiguie/macrack-operator/internal/agent/report"
 	"github.com/boualleiguie/macrack-operator/internal/agent/simguest"
 	"github.com/boualleiguie/macrack-operator/internal/agent/vmspec"
 )
@@ -192,7 +193,7 @@ func TestTheQuotaReportSurvivesARestartOfTheAgentButNotAReboot(t *testing.T) {
 	}
 	restarted := func() *Instances {
 		return &Instances{Client: qr.c, NodeName: testNode, Launcher: qr.launches, Disks: qr.r.Disks, Clock: clock.RealClock{},
-			BootID: qr.boot, Log: logr.Discard()}
+			BootID: qr.boot, Log: logr.Discard(), Report: &report.Reporter{Client: qr.c, NodeName: testNode, Log: logr.Discard()}}
 	}
 
 	again := restarted()

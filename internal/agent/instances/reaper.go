@@ -2,7 +2,6 @@ package instances
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -145,9 +144,18 @@ func (r *Instances) absentFromNode(ctx context.Context, uid string) (bool, strin
 	return true, "no instance placed on this chassis has its UID", nil
 }
 
-// ReportInventory reports what the chassis holds now. The instance loop
-// calls it after a wipe, so that a release need not wait for the next pass.
+// ReportInventory reports what the chassis holds now, and returns once it
+// is on record: the operator must see it before the loop goes on.
 func (r *Instances) ReportInventory(ctx context.Context, log logr.Logger) error {
+	if err := r.publishInventory(ctx, log); err != nil {
+		return err
+	}
+	return r.Report.Flush(ctx)
+}
+
+// publishInventory publishes what the chassis holds now. The instance loop
+// calls it after a wipe, so that a release need not wait for the next pass.
+func (r *Instances) publishInventory(ctx context.Context, log logr.Logger) error {
 	r.inventoryMu.Lock()
 	defer r.inventoryMu.Unlock()
 	mn := &fleetv1alpha1.MacNode{}
@@ -157,9 +165,9 @@ func (r *Instances) ReportInventory(ctx context.Context, log logr.Logger) error 
 	return r.reportInventoryLocked(ctx, log, mn)
 }
 
-// reportInventoryLocked looks and writes status.reported.inventory, and
-// nothing else. Looking and writing under one lock keeps an older look
-// from overwriting a newer one.
+// reportInventoryLocked looks and publishes status.reported.inventory.
+// Looking and publishing under one lock keeps an older look from
+// overwriting a newer one.
 func (r *Instances) reportInventoryLocked(ctx context.Context, log logr.Logger, mn *fleetv1alpha1.MacNode) error {
 	inv, err := r.inventory(ctx, log)
 	if err != nil {
@@ -173,16 +181,8 @@ func (r *Instances) reportInventoryLocked(ctx context.Context, log logr.Logger, 
 		!staleInQuarantine(mn, old.Inventory) {
 		return nil
 	}
-	patch, err := inventoryPatch(inv)
-	if err != nil {
-		return err
-	}
-	target := &fleetv1alpha1.MacNode{}
-	target.Name = r.NodeName
-	if err := r.Client.Status().Patch(ctx, target, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		return fmt.Errorf("reporting the inventory of %s: %w", r.NodeName, err)
-	}
-	log.V(1).Info("Inventory reported", "vms", len(inv.VMs), "disks", len(inv.Disks))
+	r.Report.Inventory(inv)
+	log.V(1).Info("Inventory published", "vms", len(inv.VMs), "disks", len(inv.Disks))
 	return nil
 }
 
@@ -192,21 +192,6 @@ func (r *Instances) reportInventoryLocked(ctx context.Context, log logr.Logger, 
 func staleInQuarantine(mn *fleetv1alpha1.MacNode, inv *fleetv1alpha1.HostInventory) bool {
 	q := mn.Status.Quarantine
 	return q.Active() && mn.Status.Phase.Fenced() && (inv.QuarantinedAt == nil || !inv.QuarantinedAt.Equal(&q.QuarantinedAt))
-}
-
-// inventoryPatch is a merge patch of status.reported.inventory. An empty
-// list is sent as null, which removes it: left out, a merge patch would keep
-// the list reported before, and a chassis emptied would still look full.
-func inventoryPatch(inv fleetv1alpha1.HostInventory) ([]byte, error) {
-	field := func(n int, v any) any {
-		if n == 0 {
-			return nil
-		}
-		return v
-	}
-	return json.Marshal(map[string]any{"status": map[string]any{"reported": map[string]any{"inventory": map[string]any{
-		"vms": field(len(inv.VMs), inv.VMs), "disks": field(len(inv.Disks), inv.Disks), "observedAt": inv.ObservedAt,
-		"quarantinedAt": inv.QuarantinedAt}}}})
 }
 
 // inventory lists the chassis' VMs, from their helpers, and its instance

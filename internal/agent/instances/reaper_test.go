@@ -24,6 +24,11 @@ func (rg *rig) reap() {
 	if err := rg.r.Reap(context.Background(), logr.Discard()); err != nil {
 		rg.t.Fatalf("reaping: %v", err)
 	}
+	// The agent's reporter writes the reaper's publish once the moment's
+	// publishes settle; the rig writes it now.
+	if err := rg.r.Report.Flush(context.Background()); err != nil {
+		rg.t.Fatalf("writing the report: %v", err)
+	}
 }
 
 func (rg *rig) helperRuns(name string) bool {
