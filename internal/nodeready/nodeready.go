@@ -96,18 +96,24 @@ func IsTrue(conds []corev1.NodeCondition) bool {
 }
 
 // Set puts want into conds, at now, unless the Ready condition there
-// agrees with it; it reports whether it changed conds. The condition's
-// LastHeartbeatTime is the agent's last renewal (now if it has none), not
-// the time of the operator's write, which is no sign of the agent's life.
+// agrees with it; it reports whether it changed conds. A True's
+// LastHeartbeatTime is the agent's last renewal. A False keeps the one of
+// the condition it replaces: the node lifecycle controller takes any new
+// LastHeartbeatTime for a sign of life, and would put its Unknown off by
+// its grace for a write that says the agent is silent.
 func Set(conds []corev1.NodeCondition, want corev1.NodeCondition, heartbeat, now time.Time) ([]corev1.NodeCondition, bool) {
-	if Agrees(Find(conds), want, heartbeat) {
+	current := Find(conds)
+	if Agrees(current, want, heartbeat) {
 		return conds, false
 	}
-	beat := heartbeat
-	if beat.IsZero() {
-		beat = now
+	beat := metav1.NewTime(heartbeat)
+	switch {
+	case want.Status != corev1.ConditionTrue && current != nil:
+		beat = current.LastHeartbeatTime
+	case heartbeat.IsZero():
+		beat = metav1.NewTime(now)
 	}
-	want.LastHeartbeatTime = metav1.NewTime(beat)
+	want.LastHeartbeatTime = beat
 	want.LastTransitionTime = metav1.NewTime(now)
 	out := make([]corev1.NodeCondition, len(conds), len(conds)+1)
 	copy(out, conds)

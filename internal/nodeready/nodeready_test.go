@@ -35,7 +35,8 @@ func TestDesired(t *testing.T) {
 }
 
 func cond(status corev1.ConditionStatus, reason string, transition time.Time) *corev1.NodeCondition {
-	return &corev1.NodeCondition{Type: corev1.NodeReady, Status: status, Reason: reason, LastTransitionTime: metav1.NewTime(transition)}
+	return &corev1.NodeCondition{Type: corev1.NodeReady, Status: status, Reason: reason, LastTransitionTime: metav1.NewTime(transition),
+		LastHeartbeatTime: metav1.NewTime(transition.Add(-time.Second))}
 }
 
 func TestSet(t *testing.T) {
@@ -89,8 +90,13 @@ func TestSet(t *testing.T) {
 			if c.Status != tc.want.Status || c.Reason != tc.want.Reason || !c.LastTransitionTime.Time.Equal(now) {
 				t.Errorf("got %+v, want %s %s at %s", c, tc.want.Status, tc.want.Reason, now)
 			}
-			if beat := tc.heartbeat; !beat.IsZero() && !c.LastHeartbeatTime.Time.Equal(beat) {
-				t.Errorf("LastHeartbeatTime %s, want the last renewal %s", c.LastHeartbeatTime, beat)
+			switch {
+			case tc.want.Status != corev1.ConditionTrue && tc.current != nil:
+				if !c.LastHeartbeatTime.Equal(&tc.current.LastHeartbeatTime) {
+					t.Errorf("LastHeartbeatTime %s, want the replaced condition's %s", c.LastHeartbeatTime, tc.current.LastHeartbeatTime)
+				}
+			case !c.LastHeartbeatTime.Time.Equal(tc.heartbeat):
+				t.Errorf("LastHeartbeatTime %s, want the last renewal %s", c.LastHeartbeatTime, tc.heartbeat)
 			}
 		})
 	}

@@ -72,13 +72,18 @@ func TestTheOperatorKeepsTheNodesReadyConditionAndLeavesKubeControllerManagersUn
 		t.Fatalf("after a renewal: %+v, want True", got)
 	}
 
-	// The operator's own grace passes: False, with the Event, over True.
+	// The operator's own grace passes: False, with the Event, over True,
+	// and with True's LastHeartbeatTime, which kube-controller-manager
+	// would take a new one of for a sign of life.
 	renewed := l.clock.Now()
+	l.clock.Step(time.Second)
+	l.beat() // a later renewal, which True does not record: no write
+	l.pass()
 	l.clock.Step(r.HeartbeatGrace)
 	l.pass()
 	got, rv = nodeReadyOf(t, c)
 	if got.Status != corev1.ConditionFalse || got.Reason != fleetv1alpha1.ReasonHeartbeatMissed || !got.LastHeartbeatTime.Time.Equal(renewed) {
-		t.Fatalf("a silent chassis' Node: %+v, want False, HeartbeatMissed, at the last renewal", got)
+		t.Fatalf("a silent chassis' Node: %+v, want False, HeartbeatMissed, with True's LastHeartbeatTime", got)
 	}
 	if ev := drainEvents(r); !strings.Contains(ev, fleetv1alpha1.ReasonHeartbeatMissed) {
 		t.Errorf("no %s Event: %q", fleetv1alpha1.ReasonHeartbeatMissed, ev)
