@@ -8,7 +8,7 @@
 // Files by concern: controller (wiring and the pass), phases (the
 // observations and the one place the phase is derived), quarantine (the
 // loop, and its conditions), node (the Node's taints and Ready), status
-// (the conditions), retired (the break-glass of a dead Mac).
+// (the MacNode's conditions), retired (the break-glass of a dead Mac).
 package node
 
 import (
@@ -41,6 +41,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/conditions"
 	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/index"
+	"github.com/boualleiguie/macrack-operator/internal/nodeready"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/intent"
 )
@@ -114,20 +115,22 @@ func macNodeOfNode(_ context.Context, obj client.Object) []reconcile.Request {
 
 // macNodeOfHeartbeat: an agent's heartbeat Lease is named after its node.
 // A renewal matters only to a chassis whose agent is not known to be
-// ready: a ready one's reconcile is due anyway when its last heartbeat
-// would grow too old (assessHeartbeat's requeue), and reads the newest
-// renewal then. A fleet's heartbeats so cost one reconcile per chassis per
-// grace, not one per beat.
+// ready, or whose Node is not Ready (kube-controller-manager's Unknown
+// waits for a renewal after it): a ready one's reconcile is due anyway
+// when its last heartbeat would grow too old (assessHeartbeat's requeue),
+// and reads the newest renewal then. A fleet's heartbeats so cost one
+// reconcile per chassis per grace, not one per beat.
 func (r *Reconciler) macNodeOfHeartbeat(ctx context.Context, obj client.Object) []reconcile.Request {
 	if obj.GetNamespace() != fleetv1alpha1.HeartbeatNamespace {
 		return nil
 	}
-	mn := &fleetv1alpha1.MacNode{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: obj.GetName()}, mn); err == nil &&
-		r.HeartbeatGrace > 0 && conditions.IsTrue(mn.Status.Conditions, fleetv1alpha1.ConditionAgentReady) {
+	key := types.NamespacedName{Name: obj.GetName()}
+	mn, n := &fleetv1alpha1.MacNode{}, &corev1.Node{}
+	if r.HeartbeatGrace > 0 && r.Client.Get(ctx, key, mn) == nil && conditions.IsTrue(mn.Status.Conditions, fleetv1alpha1.ConditionAgentReady) &&
+		r.Client.Get(ctx, key, n) == nil && nodeready.IsTrue(n.Status.Conditions) {
 		return nil
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: obj.GetName()}}}
+	return []reconcile.Request{{NamespacedName: key}}
 }
 
 // macNodeOfLease: a lease's going may orphan its chassis' binding.
@@ -183,6 +186,8 @@ type scope struct {
 	// (the agent never heartbeated); agentMessage says why.
 	agent        metav1.ConditionStatus
 	agentMessage string
+	// heartbeat is the heartbeat Lease's last renewal; zero without one.
+	heartbeat time.Time
 	// class is the chassis' MacNodeClass, when it exists.
 	class *fleetv1alpha1.MacNodeClass
 	// quarantineStarted: this pass began a quarantine.

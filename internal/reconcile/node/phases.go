@@ -159,6 +159,9 @@ func (r *Reconciler) assessHeartbeat(ctx context.Context, s *scope) (ctrl.Result
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("getting the heartbeat of %s: %w", s.node.Name, err)
 	}
+	if hb.Spec.RenewTime != nil {
+		s.heartbeat = hb.Spec.RenewTime.Time
+	}
 	if hb.Spec.RenewTime == nil || r.HeartbeatGrace <= 0 {
 		s.agent, s.agentMessage = metav1.ConditionUnknown, "the heartbeat has no renew time"
 		return ctrl.Result{}, nil
