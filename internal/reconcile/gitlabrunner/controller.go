@@ -60,6 +60,11 @@ const (
 	waitRetry = 10 * time.Second
 )
 
+// FieldOwner is the GitLabRunner controller's field manager. Each controller
+// writes under its own, so that managedFields, and the writes suite's one-writer
+// test, tell a status' owners apart.
+const FieldOwner = "macrack-gitlab-runner"
+
 // Reconciler reconciles GitLabRunners.
 type Reconciler struct {
 	// Client reads from the operator's cache, and writes the runner's own

@@ -45,6 +45,11 @@ import (
 // +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodeclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances,verbs=get;list;watch;delete
 
+// FieldOwner is the lease controller's field manager. Each controller writes
+// under its own, so that managedFields, and the writes suite's one-writer
+// test, tell a status' owners apart.
+const FieldOwner = "macrack-lease"
+
 // Reconciler reconciles MacNodeLeases.
 type Reconciler struct {
 	Client   client.Client

@@ -54,6 +54,11 @@ import (
 // +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances,verbs=get;list;watch;delete;patch
 // +kubebuilder:rbac:groups=fleet.macrack.io,resources=macosimages,verbs=get;list;watch
 
+// FieldOwner is the node controller's field manager. Each controller writes
+// under its own, so that managedFields, and the writes suite's one-writer
+// test, tell a status' owners apart.
+const FieldOwner = "macrack-node"
+
 // Reconciler reconciles MacNodes and their Nodes.
 type Reconciler struct {
 	Client   client.Client
