@@ -178,6 +178,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	helper := patch.NewHelper(runner, r.Client)
 	defer func() {
 		r.updateStatus(s)
+		// As cluster-api's machine controller: the generation is observed
+		// only by a pass that succeeded.
+		if retErr == nil {
+			runner.Status.ObservedGeneration = runner.Generation
+		}
 		if s.lockStatus {
 			helper.LockStatus()
 		}

@@ -171,6 +171,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	before := lease.Status.DeepCopy()
 	defer func() {
 		r.updateStatus(s)
+		// As cluster-api's machine controller: the generation is observed
+		// only by a pass that succeeded.
+		if retErr == nil {
+			lease.Status.ObservedGeneration = lease.Generation
+		}
 		r.journal(before, s, helper)
 		if err := helper.Patch(ctx, lease); err != nil && !(s.released && apierrors.IsNotFound(err)) {
 			if rule, refused := patch.Refusal(err); refused {

@@ -101,7 +101,6 @@ func (r *Reconciler) updateStatus(s *scope) {
 		conditions.Set(c, conditions.True(leasingv1alpha1.ConditionRecorded, leasingv1alpha1.ReasonRecorded,
 			"the operator's status writes go through"), gen, now)
 	}
-	lease.Status.ObservedGeneration = gen
 }
 
 // setChassisAvailable tells the tenant whether its chassis serves it, and,

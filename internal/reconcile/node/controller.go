@@ -237,6 +237,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 			return // conditions from half an observation would mislead
 		}
 		r.updateStatus(s)
+		// As cluster-api's machine controller: the generation is observed
+		// only by a pass that succeeded.
+		if retErr == nil {
+			s.node.Status.ObservedGeneration = s.node.Generation
+		}
 		wrote, err := r.writeStatus(ctx, s, before)
 		switch {
 		case apierrors.IsConflict(err):
