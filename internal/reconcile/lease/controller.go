@@ -128,6 +128,9 @@ type scope struct {
 	pendingReason, pendingMessage string
 	// awaiting counts instances still waiting for their disk wipe.
 	awaiting int
+	// slots counts the slots placement has yet to free on the chassis: the
+	// binding is cleared only once they are.
+	slots int
 	// holds says what the chassis still holds, by its agent's report, when
 	// that is what keeps it from the pool.
 	holds string

@@ -292,7 +292,10 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope, before *fleetv1a
 func (r *Reconciler) tell(ctx context.Context, s *scope, before *fleetv1alpha1.MacNodeStatus) {
 	mn := s.node
 	r.tellEvictions(ctx, mn, before.Audit.Next())
-	if orPending(before.Phase) != mn.Status.Phase {
+	// A claim is told on the lease (LeaseBound) and the Node (NodeTainted):
+	// a chassis entering Leased has no Event of its own, as when the claim
+	// wrote the phase.
+	if orPending(before.Phase) != mn.Status.Phase && mn.Status.Phase != fleetv1alpha1.MacNodeLeased {
 		r.Recorder.Eventf(mn, nil, corev1.EventTypeNormal, "Phase"+string(mn.Status.Phase), "Assess",
 			"MacNode %s moved from %s to %s", mn.Name, orPending(before.Phase), mn.Status.Phase)
 	}

@@ -88,6 +88,9 @@ func (r *Reconciler) reconcileOrphanBinding(ctx context.Context, s *scope) (ctrl
 		if s.holds = out.Holds; s.holds != "" {
 			log.Info("Orphaned binding kept: the chassis is not empty", "holds", out.Holds)
 		}
+		if out.Slots > 0 {
+			s.holds = fmt.Sprintf("placement has yet to free %d slot(s)", out.Slots)
+		}
 		return ctrl.Result{}, nil
 	}
 	freed := out.Freed
