@@ -84,7 +84,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&fleetv1alpha1.MacNode{}, handler.EnqueueRequestsFromMapFunc(r.leasesForMacNode)).
 		Watches(&computev1alpha1.MacOSInstance{}, r.instanceHandler())
 	if r.Ticks != nil {
-		b = b.WatchesRawSource(source.Channel(r.Ticks, &handler.EnqueueRequestForObject{}))
+		b = b.WatchesRawSource(source.Channel(r.Ticks, handler.EnqueueRequestsFromMapFunc(r.ticked)))
 	}
 	return b.Complete(conflict.Quiet(r))
 }
@@ -109,6 +109,16 @@ func (r *Reconciler) leasesForMacNode(ctx context.Context, obj client.Object) []
 		}
 	}
 	return reqs
+}
+
+// ticked maps a tick to the leases it concerns: a lease to itself, a
+// MacNode as its watch does (the binding's lease key, which may name a
+// lease that is gone).
+func (r *Reconciler) ticked(ctx context.Context, obj client.Object) []reconcile.Request {
+	if n, ok := obj.(*fleetv1alpha1.MacNode); ok {
+		return r.leasesForMacNode(ctx, n)
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(obj)}}
 }
 
 func leaseOfInstance(_ context.Context, obj client.Object) []reconcile.Request {
@@ -144,12 +154,31 @@ type scope struct {
 	awaitingRecovery bool
 }
 
-// Reconcile moves one lease through Pending, Bound, Held and Released.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
+// Reconcile moves one lease through Pending, Bound, Held and Released. The
+// bindings are this controller's alone: it also releases those that still
+// name the lease's key after a lease of that name went without its
+// finalizer.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	lease := &leasingv1alpha1.MacNodeLease{}
-	if err := r.Client.Get(ctx, req.NamespacedName, lease); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	var live types.UID
+	switch err := r.Client.Get(ctx, req.NamespacedName, lease); {
+	case apierrors.IsNotFound(err):
+		lease = nil
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("getting MacNodeLease %s: %w", req, err)
+	default:
+		live = lease.UID
 	}
+	orphans, orphanErr := r.releaseOrphans(ctx, req.NamespacedName, live)
+	if lease == nil {
+		return orphans, orphanErr
+	}
+	res, err := r.reconcileLease(ctx, req, lease)
+	return lowestRequeue(res, orphans), errors.Join(err, orphanErr)
+}
+
+// reconcileLease is one pass over a lease that exists.
+func (r *Reconciler) reconcileLease(ctx context.Context, req ctrl.Request, lease *leasingv1alpha1.MacNodeLease) (res ctrl.Result, retErr error) {
 	if lease.DeletionTimestamp.IsZero() && controllerutil.AddFinalizer(lease, fleetv1alpha1.LeaseFinalizer) {
 		if err := r.Client.Update(ctx, lease); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding finalizer to MacNodeLease %s: %w", req, err)

@@ -179,10 +179,8 @@ type scope struct {
 	nodeFound bool
 	// orphaned: the binding's lease no longer exists.
 	orphaned bool
-	// freed: this pass cleared an orphaned binding.
-	freed bool
-	// holds says what keeps an orphaned binding's chassis from the pool,
-	// by its agent's report.
+	// holds says what keeps an orphaned binding's chassis from the pool
+	// once earliestReleaseAt has passed.
 	holds string
 	// agent is the heartbeat's verdict: True, False (missed) or Unknown
 	// (the agent never heartbeated); agentMessage says why.
@@ -212,10 +210,11 @@ func (s *scope) tell(kind, reason, action, message string) {
 }
 
 // Reconcile reads like the chassis' state machine: the break-glass of a
-// retired chassis and the release of an orphaned binding write on their
-// own, first; then one pass observes (compliance, heartbeat), runs the
-// quarantine loop, derives the phase, keeps the Node, and sets the
-// conditions and writes the status once, at the end.
+// retired chassis writes on its own, first; then one pass observes (an
+// orphaned binding, compliance, heartbeat), runs the quarantine loop,
+// derives the phase, keeps the Node, and sets the conditions and writes
+// the status once, at the end. The binding, an orphaned one's release
+// included, is the lease controller's.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	mn := &fleetv1alpha1.MacNode{}
 	if err := r.Client.Get(ctx, req.NamespacedName, mn); err != nil {
@@ -224,10 +223,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	s := &scope{node: mn, now: metav1.NewTime(r.Clock.Now())}
 	if err := r.reconcileRetired(ctx, s); err != nil {
 		return ctrl.Result{}, err
-	}
-	res, err := r.reconcileOrphanBinding(ctx, s)
-	if err != nil || s.freed {
-		return res, err
 	}
 
 	before := s.node.Status.DeepCopy()
@@ -253,9 +248,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 	}()
 
+	orphanRes, err := r.observeOrphan(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := r.assessCompliance(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
+	res = lowestRequeue(res, orphanRes)
 	heartbeatRes, err := r.assessHeartbeat(ctx, s)
 	if err != nil {
 		return ctrl.Result{}, err
