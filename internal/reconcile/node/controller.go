@@ -55,6 +55,11 @@ import (
 // +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances,verbs=get;list;watch;delete;patch
 // +kubebuilder:rbac:groups=fleet.macrack.io,resources=macosimages,verbs=get;list;watch
 
+// FieldOwner is the node controller's field manager. Each controller writes
+// under its own, so that managedFields, and the writes suite's one-writer
+// test, tell a status' owners apart.
+const FieldOwner = "macrack-node"
+
 // Reconciler reconciles MacNodes and their Nodes.
 type Reconciler struct {
 	Client   client.Client
@@ -177,10 +182,8 @@ type scope struct {
 	nodeFound bool
 	// orphaned: the binding's lease no longer exists.
 	orphaned bool
-	// freed: this pass cleared an orphaned binding.
-	freed bool
-	// holds says what keeps an orphaned binding's chassis from the pool,
-	// by its agent's report.
+	// holds says what keeps an orphaned binding's chassis from the pool
+	// once earliestReleaseAt has passed.
 	holds string
 	// agent is the heartbeat's verdict: True, False (missed) or Unknown
 	// (the agent never heartbeated); agentMessage says why.
@@ -212,10 +215,11 @@ func (s *scope) tell(kind, reason, action, message string) {
 }
 
 // Reconcile reads like the chassis' state machine: the break-glass of a
-// retired chassis and the release of an orphaned binding write on their
-// own, first; then one pass observes (compliance, heartbeat), runs the
-// quarantine loop, derives the phase, keeps the Node, and sets the
-// conditions and writes the status once, at the end.
+// retired chassis writes on its own, first; then one pass observes (an
+// orphaned binding, compliance, heartbeat), runs the quarantine loop,
+// derives the phase, keeps the Node, and sets the conditions and writes
+// the status once, at the end. The binding, an orphaned one's release
+// included, is the lease controller's.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	mn := &fleetv1alpha1.MacNode{}
 	if err := r.Client.Get(ctx, req.NamespacedName, mn); err != nil {
@@ -225,10 +229,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if err := r.reconcileRetired(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
-	res, err := r.reconcileOrphanBinding(ctx, s)
-	if err != nil || s.freed {
-		return res, err
-	}
 
 	before := s.node.Status.DeepCopy()
 	observed := false
@@ -237,6 +237,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 			return // conditions from half an observation would mislead
 		}
 		r.updateStatus(s)
+		// As cluster-api's machine controller: the generation is observed
+		// only by a pass that succeeded.
+		if retErr == nil {
+			s.node.Status.ObservedGeneration = s.node.Generation
+		}
 		wrote, err := r.writeStatus(ctx, s, before)
 		switch {
 		case apierrors.IsConflict(err):
@@ -248,9 +253,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 	}()
 
+	orphanRes, err := r.observeOrphan(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := r.assessCompliance(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
+	res = lowestRequeue(res, orphanRes)
 	heartbeatRes, err := r.assessHeartbeat(ctx, s)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -287,7 +297,10 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope, before *fleetv1a
 func (r *Reconciler) tell(ctx context.Context, s *scope, before *fleetv1alpha1.MacNodeStatus) {
 	mn := s.node
 	r.tellEvictions(ctx, mn, before.Audit.Next())
-	if orPending(before.Phase) != mn.Status.Phase {
+	// A claim is told on the lease (LeaseBound) and the Node (NodeTainted):
+	// a chassis entering Leased has no Event of its own, as when the claim
+	// wrote the phase.
+	if orPending(before.Phase) != mn.Status.Phase && mn.Status.Phase != fleetv1alpha1.MacNodeLeased {
 		r.Recorder.Eventf(mn, nil, corev1.EventTypeNormal, "Phase"+string(mn.Status.Phase), "Assess",
 			"MacNode %s moved from %s to %s", mn.Name, orPending(before.Phase), mn.Status.Phase)
 	}
