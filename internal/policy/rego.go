@@ -205,13 +205,19 @@ func (r *regoRule) decide(ctx context.Context, p *prepared, cancel topdown.Cance
 // eval runs the query on the pre-converted input and normalises the answer.
 // An undefined result (no such rule) is an empty set: nothing denied. cancel
 // stops the evaluation (see cancelOnDone).
-func (r *regoRule) eval(ctx context.Context, query rego.PreparedEvalQuery, input ast.Value, cancel topdown.Cancel) outcome {
+func (r *regoRule) eval(ctx context.Context, query rego.PreparedEvalQuery, input ast.Value, cancel topdown.Cancel) (out outcome) {
+	// The input's objects convert lazily, and OPA panics on a value that
+	// has no JSON form: that is an engine error, which denies.
+	defer func() {
+		if p := recover(); p != nil {
+			out = outcome{errs: []string{fmt.Sprintf("%s: converting the input: %v", r.id, p)}}
+		}
+	}()
 	// No metrics: nothing reads them, and timing every evaluation costs.
 	rs, err := query.Eval(ctx, rego.EvalParsedInput(input), rego.EvalMetrics(opametrics.NoOp()), rego.EvalExternalCancel(cancel))
 	if err != nil {
 		return outcome{errs: []string{err.Error()}}
 	}
-	var out outcome
 	for _, result := range rs {
 		set, ok := result.Bindings[violationsVar].([]any)
 		if !ok {
