@@ -11,11 +11,11 @@ import (
 
 // regoInput builds the value Rego reads from an Input: the one Rego-input
 // builder. RegoDocument renders the same value as JSON for `opa test`. The
-// parts that repeat across requests (the request's kind and resource, the
-// params) are built once and shared, and the objects and the inventory are
-// converted lazily, as the rules read them: measured in BENCHMARKS.md,
-// "Policy engine". OPA values are immutable, so sharing them is safe; a lazy
-// object belongs to one request.
+// document is converted lazily, as the rules read it (measured in
+// BENCHMARKS.md, "Policy engine"); a lazy document belongs to one request.
+// The terms of a shape's known part (the request's kind and resource, the
+// params), which partial evaluation reads, are built once and shared: OPA
+// values are immutable.
 type regoInput struct {
 	kinds     boundedCache[schema.GroupVersionKind, *ast.Term]
 	resources boundedCache[schema.GroupVersionResource, *ast.Term]
