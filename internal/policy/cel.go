@@ -178,8 +178,9 @@ func containsOrStar(list []string, v string) bool {
 
 // eval runs the twin on one input and normalises the answer. It follows the
 // validating plugin's Validate, except that message expressions are
-// evaluated only when a validation denies: the answer is the same, and an
-// admitted request costs half as much.
+// evaluated only when a validation denies (the answer is the same, and an
+// admitted request costs half as much), and that each set of conditions
+// reads its variables through celVariables, bound as the plugin binds them.
 func (r *celRule) eval(ctx context.Context, in *Input) outcome {
 	var obj, old runtime.Object
 	if in.Object != nil {
