@@ -226,7 +226,8 @@ func (r *regoRule) eval(ctx context.Context, query rego.PreparedEvalQuery, input
 		}
 	}()
 	// No metrics: nothing reads them, and timing every evaluation costs.
-	rs, err := query.Eval(ctx, rego.EvalParsedInput(input), rego.EvalMetrics(opametrics.NoOp()), rego.EvalExternalCancel(cancel))
+	rs, err := query.Eval(ctx, rego.EvalParsedInput(input), rego.EvalMetrics(opametrics.NoOp()), rego.EvalExternalCancel(cancel),
+		rego.EvalVirtualCache(newVirtualCache()))
 	if err != nil {
 		return outcome{errs: []string{err.Error()}}
 	}
