@@ -20,9 +20,11 @@ type regoInput struct {
 	kinds     boundedCache[schema.GroupVersionKind, *ast.Term]
 	resources boundedCache[schema.GroupVersionResource, *ast.Term]
 	params    boundedCache[Params, *ast.Term]
-	// paramsDocs are the params as the document holds them; shared, and
-	// never modified.
-	paramsDocs boundedCache[Params, map[string]any]
+	// kindDocs, resourceDocs and paramsDocs are those parts as the
+	// document holds them; shared, and never modified.
+	kindDocs     boundedCache[schema.GroupVersionKind, map[string]any]
+	resourceDocs boundedCache[schema.GroupVersionResource, map[string]any]
+	paramsDocs   boundedCache[Params, map[string]any]
 }
 
 // cacheSize bounds each cache: the kinds, resources and params a deployment
@@ -116,8 +118,8 @@ func (c *regoInput) value(in *Input) (ast.Value, error) {
 	doc := make(map[string]any, 6)
 	doc["request"] = map[string]any{
 		"operation":   r.Operation,
-		"kind":        map[string]any{"group": r.Kind.Group, "version": r.Kind.Version, "kind": r.Kind.Kind},
-		"resource":    map[string]any{"group": r.Resource.Group, "version": r.Resource.Version, "resource": r.Resource.Resource},
+		"kind":        c.kindDoc(r.Kind),
+		"resource":    c.resourceDoc(r.Resource),
 		"subResource": r.SubResource,
 		"name":        r.Name,
 		"namespace":   r.Namespace,
@@ -162,6 +164,20 @@ func (c *regoInput) resource(gvr schema.GroupVersionResource) *ast.Term {
 		), nil
 	})
 	return t
+}
+
+func (c *regoInput) kindDoc(gvk schema.GroupVersionKind) map[string]any {
+	d, _ := c.kindDocs.get(gvk, func() (map[string]any, error) {
+		return map[string]any{"group": gvk.Group, "version": gvk.Version, "kind": gvk.Kind}, nil
+	})
+	return d
+}
+
+func (c *regoInput) resourceDoc(gvr schema.GroupVersionResource) map[string]any {
+	d, _ := c.resourceDocs.get(gvr, func() (map[string]any, error) {
+		return map[string]any{"group": gvr.Group, "version": gvr.Version, "resource": gvr.Resource}, nil
+	})
+	return d
 }
 
 func (c *regoInput) paramsDoc(p Params) map[string]any {
