@@ -31,14 +31,17 @@ type celRule struct {
 	envSet   *environment.EnvSet
 	revision string
 	rendered boundedCache[Params, *compiledVAP]
+	// pluginVariables binds variables as the API server's plugin does, for
+	// the test that holds celVariables to it.
+	pluginVariables bool
 }
 
 // settingsProbe renders twins with settings at load, so that one that does
 // not compile fails the load rather than its first request.
 var settingsProbe = Params{AgentsNamespace: "macrack-agents", AgentTokenAudiences: "https://kubernetes.default.svc"}
 
-func newCELRule(envSet *environment.EnvSet, f *celFile, revision string, defaults Params) (*celRule, error) {
-	r := &celRule{file: f, envSet: envSet, revision: revision}
+func newCELRule(envSet *environment.EnvSet, f *celFile, revision string, defaults Params, pluginVariables bool) (*celRule, error) {
+	r := &celRule{file: f, envSet: envSet, revision: revision, pluginVariables: pluginVariables}
 	probe := defaults
 	if len(f.Settings) > 0 && probe.Validate() != nil {
 		probe = settingsProbe
@@ -48,7 +51,7 @@ func newCELRule(envSet *environment.EnvSet, f *celFile, revision string, default
 		return nil, err
 	}
 	r.policy = rf.vap(revision)
-	if r.vap, err = compileVAP(envSet, r.policy); err != nil {
+	if r.vap, err = compileVAP(envSet, r.policy, r.pluginVariables); err != nil {
 		return nil, fmt.Errorf("%s: %w", f.path, err)
 	}
 	return r, nil
@@ -64,7 +67,7 @@ func (r *celRule) compiledFor(p Params) (*compiledVAP, error) {
 		if err != nil {
 			return nil, err
 		}
-		return compileVAP(r.envSet, rf.vap(r.revision))
+		return compileVAP(r.envSet, rf.vap(r.revision), r.pluginVariables)
 	})
 }
 
@@ -74,13 +77,16 @@ type compiledVAP struct {
 	matcher     matchconditions.Matcher
 	validations plugincel.ConditionEvaluator
 	messages    plugincel.ConditionEvaluator
+	// variables are the policy's variables, compiled by the API server's
+	// composited compiler; each evaluation binds them afresh (variables.go).
+	variables *celVariables
 }
 
 // compileVAP mirrors compilePolicy in k8s.io/apiserver's validating plugin:
 // the same environment (the base env set at the default compatibility
 // version), the same variable declarations, the same composited compiler for
 // variables, match conditions, validations and messages.
-func compileVAP(envSet *environment.EnvSet, p *admissionregistrationv1.ValidatingAdmissionPolicy) (*compiledVAP, error) {
+func compileVAP(envSet *environment.EnvSet, p *admissionregistrationv1.ValidatingAdmissionPolicy, pluginVariables bool) (*compiledVAP, error) {
 	hasParam := p.Spec.ParamKind != nil
 	optionalVars := plugincel.OptionalVariableDeclarations{HasParams: hasParam, HasAuthorizer: true}
 	expressionOptionalVars := plugincel.OptionalVariableDeclarations{HasParams: hasParam, HasAuthorizer: false}
@@ -91,20 +97,26 @@ func compileVAP(envSet *environment.EnvSet, p *admissionregistrationv1.Validatin
 	// The API server reports a variable that does not compile only when an
 	// expression reads it; here it fails the load.
 	var errs []string
+	c := &compiledVAP{variables: &celVariables{index: make(map[string]int, len(p.Spec.Variables))}}
+	uncomposited := uncomposited
+	if pluginVariables {
+		c.variables.plugin = true
+		uncomposited = func(e plugincel.ConditionEvaluator) plugincel.ConditionEvaluator { return e }
+	}
 	for _, v := range p.Spec.Variables {
 		res := compiler.CompileAndStoreVariable(&validating.Variable{Name: v.Name, Expression: v.Expression}, optionalVars, environment.StoredExpressions)
 		if res.Error != nil {
 			errs = append(errs, fmt.Sprintf("variable %s: %v", v.Name, res.Error))
 		}
+		c.variables.add(v.Name, res)
 	}
 
-	c := &compiledVAP{}
 	if len(p.Spec.MatchConditions) > 0 {
 		conds := make([]plugincel.ExpressionAccessor, len(p.Spec.MatchConditions))
 		for i := range p.Spec.MatchConditions {
 			conds[i] = (*matchconditions.MatchCondition)(&p.Spec.MatchConditions[i])
 		}
-		c.matcher = matchconditions.NewMatcher(compiler.CompileCondition(conds, optionalVars, environment.StoredExpressions),
+		c.matcher = matchconditions.NewMatcher(uncomposited(compiler.CompileCondition(conds, optionalVars, environment.StoredExpressions)),
 			p.Spec.FailurePolicy, "policy", "validate", p.Name)
 	}
 	validations := make([]plugincel.ExpressionAccessor, len(p.Spec.Validations))
@@ -115,8 +127,8 @@ func compileVAP(envSet *environment.EnvSet, p *admissionregistrationv1.Validatin
 			messages[i] = &validating.MessageExpressionCondition{MessageExpression: v.MessageExpression}
 		}
 	}
-	c.validations = compiler.CompileCondition(validations, optionalVars, environment.StoredExpressions)
-	c.messages = compiler.CompileCondition(messages, expressionOptionalVars, environment.StoredExpressions)
+	c.validations = uncomposited(compiler.CompileCondition(validations, optionalVars, environment.StoredExpressions))
+	c.messages = uncomposited(compiler.CompileCondition(messages, expressionOptionalVars, environment.StoredExpressions))
 	for _, e := range c.validations.CompilationErrors() {
 		errs = append(errs, e.Error())
 	}
@@ -166,8 +178,9 @@ func containsOrStar(list []string, v string) bool {
 
 // eval runs the twin on one input and normalises the answer. It follows the
 // validating plugin's Validate, except that message expressions are
-// evaluated only when a validation denies: the answer is the same, and an
-// admitted request costs half as much.
+// evaluated only when a validation denies (the answer is the same, and an
+// admitted request costs half as much), and that each set of conditions
+// reads its variables through celVariables, bound as the plugin binds them.
 func (r *celRule) eval(ctx context.Context, in *Input) outcome {
 	var obj, old runtime.Object
 	if in.Object != nil {
@@ -188,7 +201,7 @@ func (r *celRule) eval(ctx context.Context, in *Input) outcome {
 		VersionedObject: admission.NewLazyObject(obj), VersionedOldObject: admission.NewLazyObject(old)}
 
 	if vap.matcher != nil {
-		m := vap.matcher.Match(ctx, versioned, nil, nil)
+		m := vap.matcher.Match(vap.variables.bind(ctx), versioned, nil, nil)
 		if m.Error != nil {
 			return outcome{errs: []string{m.Error.Error()}}
 		}
@@ -197,7 +210,7 @@ func (r *celRule) eval(ctx context.Context, in *Input) outcome {
 		}
 	}
 	request := plugincel.CreateAdmissionRequest(attrs, metav1.GroupVersionResource(req.Resource), metav1.GroupVersionKind(req.Kind))
-	results, remaining, err := vap.validations.ForInput(ctx, versioned, request,
+	results, remaining, err := vap.validations.ForInput(vap.variables.bind(ctx), versioned, request,
 		plugincel.OptionalVariableBindings{}, nil, celconfig.RuntimeCELCostBudget)
 	if err != nil {
 		return outcome{errs: []string{err.Error()}}
@@ -213,7 +226,7 @@ func (r *celRule) eval(ctx context.Context, in *Input) outcome {
 		}
 	}
 	if len(denied) > 0 {
-		messages, _, _ := vap.messages.ForInput(ctx, versioned, request,
+		messages, _, _ := vap.messages.ForInput(vap.variables.bind(ctx), versioned, request,
 			plugincel.OptionalVariableBindings{}, nil, remaining)
 		for _, i := range denied {
 			v := r.file.Validations[i]

@@ -77,7 +77,7 @@ func (e *Engine) prepare(in Input) (*prepared, error) {
 	}
 	r := &in.Request
 	return &prepared{in: in, rego: value, e: e, shape: shape{operation: r.Operation, subResource: r.SubResource,
-		kind: r.Kind, resource: r.Resource, params: in.Params}}, nil
+		kind: r.Kind, resource: r.Resource, params: in.Params, object: in.Object != nil, oldObject: in.OldObject != nil}}, nil
 }
 
 // Decide evaluates every rule that applies to the request's kind. It fails

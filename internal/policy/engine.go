@@ -39,6 +39,8 @@ type Engine struct {
 	input regoInput
 	// whole turns off the rules' specialization by request shape.
 	whole bool
+	// pluginVariables binds CEL variables the API server's way.
+	pluginVariables bool
 }
 
 // Rule is one invariant and its engines.
@@ -78,6 +80,11 @@ func WithDefaultParams(p Params) Option { return func(e *Engine) { e.params = p 
 // request, rather than the query specialized for the request's shape: the
 // reference the tests hold the specialized queries to.
 func WithoutSpecialization() Option { return func(e *Engine) { e.whole = true } }
+
+// WithPluginVariables binds the CEL twins' variables with the API server's
+// own composition, rather than celVariables: the reference the tests hold
+// celVariables to.
+func WithPluginVariables() Option { return func(e *Engine) { e.pluginVariables = true } }
 
 // DefaultTimeout bounds one Decide unless WithTimeout says otherwise.
 const DefaultTimeout = 2 * time.Second
@@ -153,7 +160,7 @@ func Load(ctx context.Context, fsys fs.FS, opts ...Option) (*Engine, error) {
 			r = &Rule{ID: f.ID, Title: f.ID, Kinds: f.Kinds, Engines: []string{"rego", "cel"}}
 			byID[f.ID] = r
 		}
-		cr, err := newCELRule(envSet, f, e.revision, e.params)
+		cr, err := newCELRule(envSet, f, e.revision, e.params, e.pluginVariables)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrLoad, err)
 		}

@@ -186,6 +186,25 @@ func TestAMalformedInputIsDenied(t *testing.T) {
 	}
 }
 
+// The objects reach Rego converted lazily: a value without a JSON form,
+// found only when a rule reads it, denies with policy.error rather than
+// crashing the caller.
+func TestAnUnconvertibleValueDeniesWithPolicyError(t *testing.T) {
+	e := load(t, policies.FS)
+	in := leaseInput("24h")
+	in.Object["spec"].(map[string]any)["minimumDuration"] = make(chan int)
+	ra, _, _, err := e.Answers(context.Background(), "lease.floor", in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ra.Kind != policy.AnswerError {
+		t.Fatalf("want Rego's answer to be an error, got %v", ra)
+	}
+	if ra, _, _, err := e.Answers(context.Background(), "lease.floor", leaseInput("24h")); err != nil || ra.Kind != policy.AnswerAllow {
+		t.Fatalf("positive control: a 24h lease got %v, %v", ra, err)
+	}
+}
+
 func TestManagedFieldsNeverReachTheRules(t *testing.T) {
 	in := leaseInput("24h")
 	in.Object["metadata"].(map[string]any)["managedFields"] = []any{map[string]any{"manager": "kubectl"}}

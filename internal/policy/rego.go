@@ -29,15 +29,18 @@ type regoRule struct {
 }
 
 // shape is what a request fixes in advance of its objects: the operation,
-// the kind and resource, the subresource and the params. Rules test these in
-// their guards, and read the agents' namespace, the operator's name and the
-// token audiences from the params; a query specialized for a shape has them
-// evaluated once, and keeps only the bodies that can apply to it.
+// the kind and resource, the subresource, the params, and which of object and
+// oldObject it has. Rules test these in their guards, read the agents'
+// namespace, the operator's name and the token audiences from the params,
+// and compare an update's object with its oldObject; a query specialized for
+// a shape has them evaluated once, and keeps only the bodies that can apply
+// to it (a create's has no body that reads the oldObject it lacks).
 type shape struct {
 	operation, subResource string
 	kind                   schema.GroupVersionKind
 	resource               schema.GroupVersionResource
 	params                 Params
+	object, oldObject      bool
 }
 
 // specialized is a rule's query for one shape.
@@ -99,15 +102,24 @@ func prepareRego(ctx context.Context, compiler *ast.Compiler, id string, pkg ast
 	return &regoRule{id: id, query: pq, compiler: compiler, modules: modules, pkg: pkg, whole: whole}, nil
 }
 
-// unknowns are the parts of the input a shape does not fix.
-var unknowns = []*ast.Term{
-	ast.MustParseTerm("input.object"),
-	ast.MustParseTerm("input.oldObject"),
-	ast.MustParseTerm("input.now"),
-	ast.MustParseTerm("input.inventory"),
-	ast.MustParseTerm("input.request.name"),
-	ast.MustParseTerm("input.request.namespace"),
-	ast.MustParseTerm("input.request.userInfo"),
+// unknowns are the parts of the input a shape does not fix: everything but
+// what known renders, and but the objects the shape lacks, which are then
+// undefined, as they are in the input.
+func (s shape) unknowns() []*ast.Term {
+	u := []*ast.Term{
+		ast.MustParseTerm("input.now"),
+		ast.MustParseTerm("input.inventory"),
+		ast.MustParseTerm("input.request.name"),
+		ast.MustParseTerm("input.request.namespace"),
+		ast.MustParseTerm("input.request.userInfo"),
+	}
+	if s.object {
+		u = append(u, ast.MustParseTerm("input.object"))
+	}
+	if s.oldObject {
+		u = append(u, ast.MustParseTerm("input.oldObject"))
+	}
+	return u
 }
 
 // forShape is the rule's query specialized for s by OPA's partial
@@ -123,7 +135,7 @@ func (r *regoRule) forShape(ctx context.Context, s shape, known func() ast.Value
 		return &specialized{query: r.query}
 	}
 	sp, _ := r.specialized.get(s, func() (*specialized, error) {
-		sp, err := r.specialize(ctx, known())
+		sp, err := r.specialize(ctx, known(), s.unknowns())
 		if err != nil {
 			// Kept, so that the shape does not pay a failed specialization
 			// on every request.
@@ -134,7 +146,7 @@ func (r *regoRule) forShape(ctx context.Context, s shape, known func() ast.Value
 	return sp
 }
 
-func (r *regoRule) specialize(ctx context.Context, input ast.Value) (*specialized, error) {
+func (r *regoRule) specialize(ctx context.Context, input ast.Value, unknowns []*ast.Term) (*specialized, error) {
 	pq, err := rego.New(
 		rego.ParsedQuery(violationsQuery(r.pkg)),
 		rego.Compiler(r.compiler),
@@ -205,13 +217,20 @@ func (r *regoRule) decide(ctx context.Context, p *prepared, cancel topdown.Cance
 // eval runs the query on the pre-converted input and normalises the answer.
 // An undefined result (no such rule) is an empty set: nothing denied. cancel
 // stops the evaluation (see cancelOnDone).
-func (r *regoRule) eval(ctx context.Context, query rego.PreparedEvalQuery, input ast.Value, cancel topdown.Cancel) outcome {
+func (r *regoRule) eval(ctx context.Context, query rego.PreparedEvalQuery, input ast.Value, cancel topdown.Cancel) (out outcome) {
+	// The input's objects convert lazily, and OPA panics on a value that
+	// has no JSON form: that is an engine error, which denies.
+	defer func() {
+		if p := recover(); p != nil {
+			out = outcome{errs: []string{fmt.Sprintf("%s: converting the input: %v", r.id, p)}}
+		}
+	}()
 	// No metrics: nothing reads them, and timing every evaluation costs.
-	rs, err := query.Eval(ctx, rego.EvalParsedInput(input), rego.EvalMetrics(opametrics.NoOp()), rego.EvalExternalCancel(cancel))
+	rs, err := query.Eval(ctx, rego.EvalParsedInput(input), rego.EvalMetrics(opametrics.NoOp()), rego.EvalExternalCancel(cancel),
+		rego.EvalVirtualCache(newVirtualCache()))
 	if err != nil {
 		return outcome{errs: []string{err.Error()}}
 	}
-	var out outcome
 	for _, result := range rs {
 		set, ok := result.Bindings[violationsVar].([]any)
 		if !ok {

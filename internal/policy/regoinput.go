@@ -11,14 +11,20 @@ import (
 
 // regoInput builds the value Rego reads from an Input: the one Rego-input
 // builder. RegoDocument renders the same value as JSON for `opa test`. The
-// parts that repeat across requests (the request's kind and resource, the
-// params) are built once and shared, and an update's object shares the
-// terms of its oldObject (convertLike): measured in BENCHMARKS.md, "Where
-// the time goes". OPA values are immutable, so sharing them is safe.
+// document is converted lazily, as the rules read it (measured in
+// BENCHMARKS.md, "Policy engine"); a lazy document belongs to one request.
+// The terms of a shape's known part (the request's kind and resource, the
+// params), which partial evaluation reads, are built once and shared: OPA
+// values are immutable.
 type regoInput struct {
 	kinds     boundedCache[schema.GroupVersionKind, *ast.Term]
 	resources boundedCache[schema.GroupVersionResource, *ast.Term]
 	params    boundedCache[Params, *ast.Term]
+	// kindDocs, resourceDocs and paramsDocs are those parts as the
+	// document holds them; shared, and never modified.
+	kindDocs     boundedCache[schema.GroupVersionKind, map[string]any]
+	resourceDocs boundedCache[schema.GroupVersionResource, map[string]any]
+	paramsDocs   boundedCache[Params, map[string]any]
 }
 
 // cacheSize bounds each cache: the kinds, resources and params a deployment
@@ -89,78 +95,46 @@ var (
 	keyKind        = ast.InternedTerm("kind")
 	keyResource    = ast.InternedTerm("resource")
 	keySubResource = ast.InternedTerm("subResource")
-	keyName        = ast.InternedTerm("name")
-	keyNamespace   = ast.InternedTerm("namespace")
-	keyUserInfo    = ast.InternedTerm("userInfo")
-	keyUsername    = ast.InternedTerm("username")
-	keyUID         = ast.InternedTerm("uid")
-	keyGroups      = ast.InternedTerm("groups")
 	keyGroup       = ast.InternedTerm("group")
 	keyVersion     = ast.InternedTerm("version")
 	keyParams      = ast.InternedTerm("params")
-	keyNow         = ast.InternedTerm("now")
-	keyInventory   = ast.InternedTerm("inventory")
-	keyObject      = ast.InternedTerm("object")
-	keyOldObject   = ast.InternedTerm("oldObject")
 )
 
 func (c *regoInput) value(in *Input) (ast.Value, error) {
-	groups := make([]*ast.Term, len(in.Request.UserInfo.Groups))
-	for i, g := range in.Request.UserInfo.Groups {
-		groups[i] = ast.InternedTerm(g)
-	}
 	r := &in.Request
-	request := ast.NewObject(
-		[2]*ast.Term{keyOperation, ast.InternedTerm(r.Operation)},
-		[2]*ast.Term{keyKind, c.kind(r.Kind)},
-		[2]*ast.Term{keyResource, c.resource(r.Resource)},
-		[2]*ast.Term{keySubResource, ast.InternedTerm(r.SubResource)},
-		[2]*ast.Term{keyName, ast.InternedTerm(r.Name)},
-		[2]*ast.Term{keyNamespace, ast.InternedTerm(r.Namespace)},
-		[2]*ast.Term{keyUserInfo, ast.ObjectTerm(
-			[2]*ast.Term{keyUsername, ast.InternedTerm(r.UserInfo.Username)},
-			[2]*ast.Term{keyUID, ast.InternedTerm(r.UserInfo.UID)},
-			[2]*ast.Term{keyGroups, ast.ArrayTerm(groups...)},
-		)},
-	)
-	inventory, err := ast.InterfaceToValue(orEmpty(in.Inventory))
-	if err != nil {
-		return nil, fmt.Errorf("inventory: %w", err)
+	groups := make([]any, len(r.UserInfo.Groups))
+	for i, g := range r.UserInfo.Groups {
+		groups[i] = g
 	}
-	params, err := c.paramsTerm(in.Params)
-	if err != nil {
-		return nil, err
+	// The document itself, and everything in it, is lazy: a rule reads a
+	// few of a stored object's fields, and converting the rest was most of
+	// the builder's time and allocations (BENCHMARKS.md, issue 38). A lazy
+	// object converts a field when a rule first reads it, and the whole
+	// object when a rule iterates, compares or hashes it; an eager object
+	// around it would hash, and so convert, everything. Its content stays
+	// plain Go (JSON's types), which is what OPA renders when a rule or
+	// RegoDocument asks for the document as JSON. Absent objects are left
+	// out: JSON has no undefined.
+	doc := make(map[string]any, 6)
+	doc["request"] = map[string]any{
+		"operation":   r.Operation,
+		"kind":        c.kindDoc(r.Kind),
+		"resource":    c.resourceDoc(r.Resource),
+		"subResource": r.SubResource,
+		"name":        r.Name,
+		"namespace":   r.Namespace,
+		"userInfo":    map[string]any{"username": r.UserInfo.Username, "uid": r.UserInfo.UID, "groups": groups},
 	}
-	pairs := make([][2]*ast.Term, 0, 6)
-	pairs = append(pairs,
-		[2]*ast.Term{keyRequest, ast.NewTerm(request)},
-		[2]*ast.Term{keyParams, params},
-		[2]*ast.Term{keyNow, ast.StringTerm(in.Now.UTC().Format(time.RFC3339Nano))},
-		[2]*ast.Term{keyInventory, ast.NewTerm(inventory)},
-	)
-	// Absent objects are left out: JSON has no undefined. The object shares the
-	// terms of what it has in common with the oldObject.
-	var oldV ast.Value
+	doc["params"] = c.paramsDoc(in.Params)
+	doc["now"] = in.Now.UTC().Format(time.RFC3339Nano)
+	doc["inventory"] = orEmpty(in.Inventory)
 	if in.OldObject != nil {
-		v, err := ast.InterfaceToValue(in.OldObject)
-		if err != nil {
-			return nil, fmt.Errorf("oldObject: %w", err)
-		}
-		oldV = v
-		pairs = append(pairs, [2]*ast.Term{keyOldObject, ast.NewTerm(v)})
+		doc["oldObject"] = in.OldObject
 	}
 	if in.Object != nil {
-		var old any
-		if in.OldObject != nil {
-			old = in.OldObject
-		}
-		v, _, err := convertLike(in.Object, old, oldV)
-		if err != nil {
-			return nil, fmt.Errorf("object: %w", err)
-		}
-		pairs = append(pairs, [2]*ast.Term{keyObject, ast.NewTerm(v)})
+		doc["object"] = in.Object
 	}
-	return ast.NewObject(pairs...), nil
+	return ast.LazyObject(doc), nil
 }
 
 func orEmpty(m map[string]any) map[string]any {
@@ -192,6 +166,31 @@ func (c *regoInput) resource(gvr schema.GroupVersionResource) *ast.Term {
 	return t
 }
 
+func (c *regoInput) kindDoc(gvk schema.GroupVersionKind) map[string]any {
+	d, _ := c.kindDocs.get(gvk, func() (map[string]any, error) {
+		return map[string]any{"group": gvk.Group, "version": gvk.Version, "kind": gvk.Kind}, nil
+	})
+	return d
+}
+
+func (c *regoInput) resourceDoc(gvr schema.GroupVersionResource) map[string]any {
+	d, _ := c.resourceDocs.get(gvr, func() (map[string]any, error) {
+		return map[string]any{"group": gvr.Group, "version": gvr.Version, "resource": gvr.Resource}, nil
+	})
+	return d
+}
+
+func (c *regoInput) paramsDoc(p Params) map[string]any {
+	d, _ := c.paramsDocs.get(p, func() (map[string]any, error) {
+		data := map[string]any{}
+		for k, v := range p.Data() {
+			data[k] = v
+		}
+		return map[string]any{"data": data}, nil
+	})
+	return d
+}
+
 func (c *regoInput) paramsTerm(p Params) (*ast.Term, error) {
 	return c.params.get(p, func() (*ast.Term, error) {
 		v, err := ast.InterfaceToValue(map[string]any{"data": p.Data()})
@@ -200,112 +199,4 @@ func (c *regoInput) paramsTerm(p Params) (*ast.Term, error) {
 		}
 		return ast.NewTerm(v), nil
 	})
-}
-
-// convertLike converts x for Rego, reusing the terms of prev (already
-// converted to prevV) wherever x equals it. An update's object and oldObject
-// share most of their content; sharing their terms spares the allocations
-// that dominate the conversion. OPA values are immutable, so a shared term is
-// safe. It reports whether x equals prev, and then returns prevV itself.
-func convertLike(x, prev any, prevV ast.Value) (ast.Value, bool, error) {
-	if prevV == nil {
-		v, err := ast.InterfaceToValue(x)
-		return v, false, err
-	}
-	switch x := x.(type) {
-	case map[string]any:
-		pm, ok := prev.(map[string]any)
-		po, okV := prevV.(ast.Object)
-		if !ok || !okV {
-			break
-		}
-		same := len(x) == len(pm)
-		kvs := make([][2]*ast.Term, 0, len(x))
-		for k, v := range x {
-			key := ast.InternedTerm(k)
-			var pv any
-			var pt *ast.Term
-			if p, has := pm[k]; has {
-				pv, pt = p, po.Get(key)
-			}
-			if pt == nil {
-				child, err := ast.InterfaceToValue(v)
-				if err != nil {
-					return nil, false, err
-				}
-				same = false
-				kvs = append(kvs, [2]*ast.Term{key, ast.NewTerm(child)})
-				continue
-			}
-			child, childSame, err := convertLike(v, pv, pt.Value)
-			if err != nil {
-				return nil, false, err
-			}
-			if childSame {
-				kvs = append(kvs, [2]*ast.Term{key, pt})
-				continue
-			}
-			same = false
-			kvs = append(kvs, [2]*ast.Term{key, ast.NewTerm(child)})
-		}
-		if same {
-			return prevV, true, nil
-		}
-		return ast.NewObject(kvs...), false, nil
-	case []any:
-		pl, ok := prev.([]any)
-		pa, okV := prevV.(*ast.Array)
-		if !ok || !okV || len(pl) != pa.Len() {
-			break
-		}
-		same := len(x) == len(pl)
-		terms := make([]*ast.Term, len(x))
-		for i, v := range x {
-			if i >= len(pl) {
-				child, err := ast.InterfaceToValue(v)
-				if err != nil {
-					return nil, false, err
-				}
-				same = false
-				terms[i] = ast.NewTerm(child)
-				continue
-			}
-			child, childSame, err := convertLike(v, pl[i], pa.Elem(i).Value)
-			if err != nil {
-				return nil, false, err
-			}
-			if childSame {
-				terms[i] = pa.Elem(i)
-				continue
-			}
-			same = false
-			terms[i] = ast.NewTerm(child)
-		}
-		if same {
-			return prevV, true, nil
-		}
-		return ast.NewArray(terms...), false, nil
-	case string:
-		if p, ok := prev.(string); ok && p == x {
-			return prevV, true, nil
-		}
-	case bool:
-		if p, ok := prev.(bool); ok && p == x {
-			return prevV, true, nil
-		}
-	case int64:
-		if p, ok := prev.(int64); ok && p == x {
-			return prevV, true, nil
-		}
-	case float64:
-		if p, ok := prev.(float64); ok && p == x {
-			return prevV, true, nil
-		}
-	case nil:
-		if prev == nil {
-			return prevV, true, nil
-		}
-	}
-	v, err := ast.InterfaceToValue(x)
-	return v, false, err
 }

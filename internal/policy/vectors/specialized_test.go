@@ -49,7 +49,7 @@ var (
 // partial evaluation, answers what the rule's whole query answers, messages
 // and errors included: on every vector, and on every vector changed by every
 // fuzz mutator (the operation and the subresource among them) with each
-// sweep value.
+// sweep value, and without its object or its oldObject.
 func TestSpecializedRulesAnswerAsWholeRules(t *testing.T) {
 	whole, specialized := wholeAndSpecialized(t)
 	cases, err := Load(os.DirFS(vectorsDir()))
@@ -72,6 +72,14 @@ func TestSpecializedRulesAnswerAsWholeRules(t *testing.T) {
 	inputs := 0
 	for _, c := range cases {
 		compare(c, c.Raw, "as written")
+		// Which objects a request has is part of its shape.
+		for _, key := range []string{"object", "oldObject"} {
+			if _, has := c.Raw[key]; has {
+				doc := deepCopy(c.Raw)
+				delete(doc, key)
+				compare(c, doc, "without its "+key)
+			}
+		}
 		for _, m := range mutators {
 			for _, v := range sweep {
 				doc := deepCopy(c.Raw)
