@@ -291,7 +291,7 @@ func run(ctx context.Context, cfg *rest.Config, c Config, wg *sync.WaitGroup, re
 			return err
 		}
 	}
-	hb := &host.Heartbeat{Client: direct, NodeReader: mgr.GetCache(), NodeName: c.NodeName, Interval: c.HeartbeatInterval, Clock: c.Clock, Log: c.Log.WithName("heartbeat")}
+	hb := &host.Heartbeat{Client: direct, NodeName: c.NodeName, Interval: c.HeartbeatInterval, Clock: c.Clock, Log: c.Log.WithName("heartbeat")}
 	wg.Go(func() { _ = hb.Run(ctx) })
 	wg.Go(func() { c.reportFacts(ctx, rep) })
 	wg.Go(func() { _ = chassis.RunReport(ctx, store) })

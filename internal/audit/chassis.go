@@ -16,10 +16,10 @@ import (
 // journaled of the binding, which the lease controller writes.
 const (
 	observedLease = "leaseUID"
-	// observedChassisPhase: other passes (a retirement's, an orphaned
-	// binding's release) write the phase on their own, so the phase is
-	// compared with the one last journaled, not with this pass's read.
-	observedChassisPhase = "phase"
+	// legacyObservedPhase is what earlier versions journaled of the phase,
+	// when other controllers wrote it too. The node controller is now its
+	// one writer, and compares it with its read; the key is dropped.
+	legacyObservedPhase = "phase"
 	// observedImages: the verified copies last journaled, as sorted
 	// name@digest joined by commas. The agent reports its cache; the
 	// journal's records are its changes.
@@ -46,14 +46,12 @@ func JournalChassis(before *fleetv1alpha1.MacNodeStatus, mn *fleetv1alpha1.MacNo
 			"serial": mn.Spec.Serial, "class": mn.Spec.NodeClassName,
 		}))
 	}
-	var last string
-	if after.Audit != nil {
-		last = after.Audit.Observed[observedChassisPhase]
-	}
-	// The first write's enrolled record says what phase Enrolled would.
-	if string(after.Phase) != last && after.Phase != "" && !(first && after.Phase == fleetv1alpha1.MacNodeEnrolled) {
+	// The node controller alone writes the phase, and journals each of its
+	// writes: the phase it read is the one last journaled. The first
+	// write's enrolled record says what phase Enrolled would.
+	if last := before.Phase; after.Phase != last && after.Phase != "" && !(first && after.Phase == fleetv1alpha1.MacNodeEnrolled) {
 		recs = append(recs, record(strings.ToLower(string(after.Phase)), now, string(after.Phase), "", map[string]string{
-			"serial": mn.Spec.Serial, "from": last,
+			"serial": mn.Spec.Serial, "from": string(last),
 		}))
 	}
 	recs = append(recs, bindingRecords(after, mn.Spec.Serial, now)...)
@@ -63,7 +61,7 @@ func JournalChassis(before *fleetv1alpha1.MacNodeStatus, mn *fleetv1alpha1.MacNo
 	recs = append(recs, copyRecords(after.Audit, copies, mn.Spec.Serial, now)...)
 	dropped = Append(&after.Audit, recs...)
 	if after.Audit != nil {
-		setObserved(after.Audit, observedChassisPhase, string(after.Phase))
+		setObserved(after.Audit, legacyObservedPhase, "")
 		setObserved(after.Audit, observedImages, strings.Join(copies, ","))
 	}
 	if b := after.Binding; b != nil {

@@ -317,23 +317,24 @@ func TestJournalChassis(t *testing.T) {
 		t.Errorf("ready: %+v", r)
 	}
 
-	// The phase is compared with the one last journaled, not with the read:
-	// another pass wrote Retired and then Ready again without journaling,
-	// so this write's read says Retired, but nothing moved since the last
-	// record.
-	mn.Status.Phase = fleetv1alpha1.MacNodeRetired
-	from = chassisWrite(mn, at(4*time.Minute), func(s *fleetv1alpha1.MacNodeStatus) { s.Phase = fleetv1alpha1.MacNodeReady })
+	// The phase has one writer, the node controller, which journals every
+	// write: the phase it read is the one last journaled. A stale key from
+	// the days of several writers is dropped, and misleads no record.
+	mn.Status.Audit.Observed = map[string]string{legacyObservedPhase: string(fleetv1alpha1.MacNodeEnrolled)}
+	from = chassisWrite(mn, at(4*time.Minute), func(*fleetv1alpha1.MacNodeStatus) {})
 	if got := types(mn.Status.Audit, from); len(got) != 0 {
-		t.Errorf("a phase equal to the last journaled journaled %v", got)
+		t.Errorf("an unchanged phase journaled %v", got)
 	}
-	// Positive control: the read says Ready, as does this write, but the
-	// last journaled phase is not: the move another pass made is recorded.
-	mn.Status.Audit.Observed[observedChassisPhase] = string(fleetv1alpha1.MacNodeEnrolled)
-	from = chassisWrite(mn, at(5*time.Minute), func(*fleetv1alpha1.MacNodeStatus) {})
-	if got := types(mn.Status.Audit, from); !slices.Equal(got, []string{"ready"}) {
-		t.Errorf("a phase moved by another pass journaled %v, want ready", got)
-	} else if r := last(t, mn.Status.Audit, "ready"); r.Attributes["from"] != "Enrolled" {
-		t.Errorf("ready from %q, want Enrolled", r.Attributes["from"])
+	if _, ok := mn.Status.Audit.Observed[legacyObservedPhase]; ok {
+		t.Errorf("observed %v still holds the phase", mn.Status.Audit.Observed)
+	}
+	// Positive control: a move from the phase read is recorded, from it.
+	from = chassisWrite(mn, at(5*time.Minute), func(s *fleetv1alpha1.MacNodeStatus) { s.Phase = fleetv1alpha1.MacNodeEnrolled })
+	from2 := chassisWrite(mn, at(6*time.Minute), func(s *fleetv1alpha1.MacNodeStatus) { s.Phase = fleetv1alpha1.MacNodeReady })
+	if got := types(mn.Status.Audit, from); !slices.Equal(got, []string{"enrolled", "ready"}) {
+		t.Errorf("Enrolled then Ready journaled %v", got)
+	} else if r := last(t, mn.Status.Audit, "ready"); r.Sequence < from2 || r.Attributes["from"] != "Enrolled" {
+		t.Errorf("ready: %+v, want from Enrolled", r)
 	}
 
 	// Leased: from the binding, timed by its boundAt.

@@ -58,6 +58,9 @@ type Outcome struct {
 	// AwaitingWipe counts the instances whose agent has yet to stop their
 	// VM and wipe their disk.
 	AwaitingWipe int
+	// Slots counts the slots still claimed on the chassis: placement owns
+	// them, and frees each once its instance is gone.
+	Slots int
 	// Holds says what the chassis still holds, by its agent's report, when
 	// that is what keeps it.
 	Holds string
@@ -65,8 +68,9 @@ type Outcome struct {
 
 // Release takes one step of giving node back for the lease
 // namespace/name: it deletes the lease's instances, waits for their
-// wipes, then for the agent to report the chassis empty, and then writes
-// the MacNode freed. The caller asks the policies first.
+// wipes, for placement to free their slots, then for the agent to report
+// the chassis empty, and then writes the MacNode freed. The caller asks
+// the policies first.
 //
 // A retired chassis is let go without waiting for its agent, which is
 // dead: it never returns to the pool, and what its disks hold is in
@@ -78,6 +82,12 @@ func Release(ctx context.Context, c client.Client, node *fleetv1alpha1.MacNode, 
 	}
 	if awaiting > 0 {
 		return Outcome{AwaitingWipe: awaiting}, nil
+	}
+	// The binding is cleared only once the slots are empty: slots are
+	// placement's alone to write, and a binding gone first would let
+	// another lease claim a chassis with slots still taken.
+	if n := len(node.Status.Slots); n > 0 {
+		return Outcome{Slots: n}, nil
 	}
 	if !node.Spec.Retired {
 		if holds := Holds(node); holds != "" {
@@ -124,10 +134,11 @@ func Holds(node *fleetv1alpha1.MacNode) string {
 		strings.Join(held, " and "), inv.ObservedAt.UTC().Format(time.RFC3339))
 }
 
-// Freed returns node with its binding and slots cleared and the lease
-// recorded in its history. It goes back through Enrolled: the node
-// controller moves it to Ready only if its facts still meet its class. A
-// retired chassis stays Retired.
+// Freed returns node with its binding cleared and the lease recorded in
+// its history: the binding and the history are the lease controller's.
+// The slots are placement's, freed before; the phase is the node
+// controller's, which derives it from the binding gone, and moves the
+// chassis to Ready only if its facts still meet its class.
 func Freed(node *fleetv1alpha1.MacNode, now time.Time) *fleetv1alpha1.MacNode {
 	out := node.DeepCopy()
 	if b := node.Status.Binding; b != nil {
@@ -141,11 +152,6 @@ func Freed(node *fleetv1alpha1.MacNode, now time.Time) *fleetv1alpha1.MacNode {
 		}
 	}
 	out.Status.Binding = nil
-	out.Status.Slots = nil
-	out.Status.Phase = fleetv1alpha1.MacNodeEnrolled
-	if node.Spec.Retired {
-		out.Status.Phase = fleetv1alpha1.MacNodeRetired
-	}
 	return out
 }
 

@@ -30,8 +30,13 @@ func TestFreedRecordsTheLeaseAndBoundsTheHistory(t *testing.T) {
 	n.Status.Phase = fleetv1alpha1.MacNodeLeased
 
 	got := Freed(n, now)
-	if got.Status.Binding != nil || got.Status.Slots != nil || got.Status.Phase != fleetv1alpha1.MacNodeEnrolled {
-		t.Fatalf("binding, slots and phase not reset: %+v", got.Status)
+	if got.Status.Binding != nil {
+		t.Fatalf("binding not cleared: %+v", got.Status)
+	}
+	// One writer per field: the slots are placement's, the phase the node
+	// controller's; Freed, the lease controller's write, leaves both.
+	if len(got.Status.Slots) != 1 || got.Status.Phase != fleetv1alpha1.MacNodeLeased {
+		t.Fatalf("Freed wrote another controller's field: slots %+v, phase %s", got.Status.Slots, got.Status.Phase)
 	}
 	if len(got.Status.History) != HistoryLimit {
 		t.Fatalf("history is %d long, want the limit %d", len(got.Status.History), HistoryLimit)
@@ -142,12 +147,18 @@ func TestReleaseFreesOnlyAChassisItsAgentReportsEmpty(t *testing.T) {
 	}{
 		{"a chassis that still holds a disk", leasedNode(full), false, fleetv1alpha1.MacNodeLeased},
 		{"a chassis whose agent never reported", leasedNode(nil), false, fleetv1alpha1.MacNodeLeased},
-		{"an empty chassis (the positive control)", leasedNode(&fleetv1alpha1.HostInventory{ObservedAt: metav1.NewTime(now)}), true, fleetv1alpha1.MacNodeEnrolled},
+		{"an empty chassis whose slot placement has yet to free", func() *fleetv1alpha1.MacNode {
+			n := leasedNode(&fleetv1alpha1.HostInventory{ObservedAt: metav1.NewTime(now)})
+			n.Status.Slots = []fleetv1alpha1.Slot{{Namespace: "t", Name: "ci", UID: "gone"}}
+			return n
+		}(), false, fleetv1alpha1.MacNodeLeased},
+		// The phase stays: the node controller derives it from the binding.
+		{"an empty chassis (the positive control)", leasedNode(&fleetv1alpha1.HostInventory{ObservedAt: metav1.NewTime(now)}), true, fleetv1alpha1.MacNodeLeased},
 		{"a retired chassis, whose dead agent's report is stale", func() *fleetv1alpha1.MacNode {
 			n := leasedNode(full)
 			n.Spec.Retired = true
 			return n
-		}(), true, fleetv1alpha1.MacNodeRetired},
+		}(), true, fleetv1alpha1.MacNodeLeased},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newClient(t, tc.node)
@@ -162,8 +173,8 @@ func TestReleaseFreesOnlyAChassisItsAgentReportsEmpty(t *testing.T) {
 			if (out.Freed != nil) != tc.freed {
 				t.Fatalf("freed %v, want %v (holds %q)", out.Freed != nil, tc.freed, out.Holds)
 			}
-			if !tc.freed && out.Holds == "" {
-				t.Fatal("kept, but Holds does not say why")
+			if !tc.freed && out.Holds == "" && out.Slots == 0 {
+				t.Fatal("kept, but neither Holds nor Slots says why")
 			}
 			if err := c.Get(context.Background(), client.ObjectKeyFromObject(tc.node), stored); err != nil {
 				t.Fatal(err)

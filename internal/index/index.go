@@ -28,6 +28,10 @@ const (
 	MacNodeByClass = "fleet.macrack.io/macnode-by-class"
 	// MacNodeByLeaseUID indexes MacNodes by status.binding.leaseUID.
 	MacNodeByLeaseUID = "fleet.macrack.io/macnode-by-lease-uid"
+	// MacNodeByLease indexes MacNodes by their binding's lease, as
+	// LeaseKey: the lease controller finds by it the bindings whose lease
+	// is gone, which only a name still names.
+	MacNodeByLease = "fleet.macrack.io/macnode-by-lease"
 	// FreeMacNodeByClass indexes the MacNodes a lease may bind, Ready,
 	// unbound and not being deleted, by spec.nodeClassName: a bind reads the
 	// free chassis of its class, not the whole class.
@@ -97,6 +101,12 @@ func Definitions() []Definition {
 		{&fleetv1alpha1.MacNode{}, MacNodeByLeaseUID, func(o client.Object) []string {
 			if b := o.(*fleetv1alpha1.MacNode).Status.Binding; b != nil {
 				return nonEmpty(string(b.LeaseUID))
+			}
+			return nil
+		}},
+		{&fleetv1alpha1.MacNode{}, MacNodeByLease, func(o client.Object) []string {
+			if b := o.(*fleetv1alpha1.MacNode).Status.Binding; b != nil {
+				return nonEmpty(LeaseKey(b.LeaseNamespace, b.LeaseName))
 			}
 			return nil
 		}},

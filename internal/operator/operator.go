@@ -157,8 +157,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if err != nil {
 		return err
 	}
+	// Each controller writes under its own field manager: the API server
+	// then names a status field's owner, and a second writer shows.
 	if err := (&lease.Reconciler{
-		Client: c, Engine: o.Engine, Clock: o.Clock,
+		Client: client.WithFieldOwner(c, lease.FieldOwner), Engine: o.Engine, Clock: o.Clock,
 		Recorder: mgr.GetEventRecorder("macrack-lease"), Params: o.Params, Identity: identity,
 		Ticks: o.LeaseTicks, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		Denials: denials, JournalDropped: auditMetrics.DropJournal,
@@ -166,7 +168,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("setting up the lease controller: %w", err)
 	}
 	if err := (&node.Reconciler{
-		Client: c, Engine: o.Engine, Clock: o.Clock,
+		Client: client.WithFieldOwner(c, node.FieldOwner), Engine: o.Engine, Clock: o.Clock,
 		Recorder: mgr.GetEventRecorder("macrack-node"), Params: o.Params, Identity: identity,
 		Ticks: o.NodeTicks, HeartbeatGrace: o.HeartbeatGrace, APIReader: mgr.GetAPIReader(), Metrics: nodeMetrics,
 		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
@@ -175,20 +177,20 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("setting up the node controller: %w", err)
 	}
 	if err := (&placement.Reconciler{
-		Client: c, Engine: o.Engine, Clock: o.Clock,
+		Client: client.WithFieldOwner(c, placement.FieldOwner), Engine: o.Engine, Clock: o.Clock,
 		Recorder: mgr.GetEventRecorder("macrack-placement"), Params: o.Params, Identity: identity,
 		Denials: denials, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the placement controller: %w", err)
 	}
 	if err := (&pod.Reconciler{
-		Client: c, APIReader: mgr.GetAPIReader(), Clock: o.Clock,
+		Client: client.WithFieldOwner(c, pod.FieldOwner), APIReader: mgr.GetAPIReader(), Clock: o.Clock,
 		Recorder: mgr.GetEventRecorder("macrack-pod"), MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the instance Pod controller: %w", err)
 	}
 	if err := (&image.Reconciler{
-		Client: c, APIReader: mgr.GetAPIReader(), Clock: o.Clock,
+		Client: client.WithFieldOwner(c, image.FieldOwner), APIReader: mgr.GetAPIReader(), Clock: o.Clock,
 		Recorder: mgr.GetEventRecorder("macrack-image"), Namespace: o.PolicyNamespace,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the image controller: %w", err)
@@ -199,7 +201,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 			return err
 		}
 		if err := (&servingcert.Reconciler{
-			Client: csrs, CA: o.KubeletServingCA, AgentsNamespace: o.Params.AgentsNamespace, Clock: o.Clock,
+			Client: client.WithFieldOwner(csrs, servingcert.FieldOwner), CA: o.KubeletServingCA, AgentsNamespace: o.Params.AgentsNamespace, Clock: o.Clock,
 			Recorder: mgr.GetEventRecorder("macrack-kubelet-serving"),
 		}).SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the kubelet serving certificate controller: %w", err)
@@ -207,7 +209,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	if o.AuditSink != nil {
 		if err := (&auditexport.Exporter{
-			Client: c, Clock: o.Clock, Sink: o.AuditSink, Origin: o.AuditOrigin,
+			Client: client.WithFieldOwner(c, auditexport.FieldOwner), Clock: o.Clock, Sink: o.AuditSink, Origin: o.AuditOrigin,
 			Denials: denials, Metrics: auditMetrics, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		}).SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up the audit exporter: %w", err)
@@ -218,7 +220,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		return err
 	}
 	if err := (&gitlabrunner.Reconciler{
-		Client: c, Tenants: tenants, GitLab: gitlabrunner.NewGitLab, Clock: o.Clock,
+		Client: client.WithFieldOwner(c, gitlabrunner.FieldOwner), Tenants: tenants, GitLab: gitlabrunner.NewGitLab, Clock: o.Clock,
 		Recorder: mgr.GetEventRecorder("macrack-gitlab-runner"), VerifyInterval: o.GitLabVerifyInterval,
 		AllowedHosts: o.GitLabAllowedHosts, MaxConcurrentReconciles: o.MaxConcurrentReconciles, Ticks: o.RunnerTicks,
 	}).SetupWithManager(ctx, mgr); err != nil {

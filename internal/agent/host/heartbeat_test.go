@@ -3,6 +3,8 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -46,10 +48,8 @@ func TestAHeartbeatConflictIsRetriedQuietly(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 6, 20, 0, 0, 0, time.UTC))
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: HeartbeatNamespace, Name: "c02sim000001"},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("c02sim000001")}}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "c02sim000001"},
-		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 	var fail error
-	c := fake.NewClientBuilder().WithObjects(lease, node).WithInterceptorFuncs(interceptor.Funcs{
+	c := fake.NewClientBuilder().WithObjects(lease).WithInterceptorFuncs(interceptor.Funcs{
 		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
 			if err := fail; err != nil {
 				fail = nil
@@ -85,5 +85,58 @@ func TestAHeartbeatConflictIsRetriedQuietly(t *testing.T) {
 	h.beatAndLog(ctx)
 	if len(*seen) != 2 || (*seen)[1] != -1 {
 		t.Errorf("a forbidden renewal logged at levels %v, want an error", *seen)
+	}
+}
+
+// A beat renews the Lease and writes nothing else: the operator sets the
+// Node's Ready condition from the Lease, kube-controller-manager marks it
+// Unknown when the Lease goes stale, and the agent is neither.
+func TestABeatWritesTheLeaseAndNoNode(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 6, 20, 0, 0, 0, time.UTC))
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "c02sim000001"}}
+	var writes []string
+	record := func(obj client.Object) { writes = append(writes, fmt.Sprintf("%T", obj)) }
+	c := fake.NewClientBuilder().WithObjects(node).WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			record(obj)
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			record(obj)
+			return c.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			record(obj)
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			record(obj)
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			record(obj)
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	}).Build()
+	h := &Heartbeat{Client: c, NodeName: node.Name, Interval: 5 * time.Second, Clock: clk, Log: logr.Discard()}
+	for range 3 {
+		if err := h.Beat(ctx); err != nil {
+			t.Fatal(err)
+		}
+		clk.Step(5 * time.Second)
+	}
+	// The positive control: the interceptor sees the Lease's create and
+	// its two renewals.
+	want := []string{"*v1.Lease", "*v1.Lease", "*v1.Lease"}
+	if !slices.Equal(writes, want) {
+		t.Errorf("writes %v, want %v", writes, want)
+	}
+	got := &corev1.Node{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(node), got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Status.Conditions) != 0 {
+		t.Errorf("the agent wrote its Node's conditions: %+v", got.Status.Conditions)
 	}
 }

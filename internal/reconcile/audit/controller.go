@@ -49,6 +49,11 @@ import (
 // +kubebuilder:rbac:groups=fleet.macrack.io,resources=macosimages/status,verbs=patch
 // +kubebuilder:rbac:groups=fleet.macrack.io,resources=macosimages/finalizers,verbs=update
 
+// FieldOwner is the audit exporter's field manager. Each controller writes
+// under its own, so that managedFields, and the writes suite's one-writer
+// test, tell a status' owners apart.
+const FieldOwner = "macrack-audit"
+
 // Exporter exports every journaled kind, and the denials' buffer.
 type Exporter struct {
 	Client client.Client

@@ -60,6 +60,11 @@ const (
 	waitRetry = 10 * time.Second
 )
 
+// FieldOwner is the GitLabRunner controller's field manager. Each controller
+// writes under its own, so that managedFields, and the writes suite's one-writer
+// test, tell a status' owners apart.
+const FieldOwner = "macrack-gitlab-runner"
+
 // Reconciler reconciles GitLabRunners.
 type Reconciler struct {
 	// Client reads from the operator's cache, and writes the runner's own
@@ -173,6 +178,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	helper := patch.NewHelper(runner, r.Client)
 	defer func() {
 		r.updateStatus(s)
+		// As cluster-api's machine controller: the generation is observed
+		// only by a pass that succeeded.
+		if retErr == nil {
+			runner.Status.ObservedGeneration = runner.Generation
+		}
 		if s.lockStatus {
 			helper.LockStatus()
 		}

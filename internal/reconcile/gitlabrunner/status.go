@@ -18,7 +18,6 @@ func (r *Reconciler) updateStatus(s *scope) {
 	gen := runner.Generation
 	st := &runner.Status
 	c := &st.Conditions
-	st.ObservedGeneration = gen
 	deleting := !runner.DeletionTimestamp.IsZero()
 
 	if reg := s.registered; reg.set {

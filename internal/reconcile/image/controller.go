@@ -37,6 +37,11 @@ import (
 // +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",namespace=macrack-system,resources=secrets,verbs=get
 
+// FieldOwner is the image controller's field manager. Each controller writes
+// under its own, so that managedFields, and the writes suite's one-writer
+// test, tell a status' owners apart.
+const FieldOwner = "macrack-image"
+
 // Reconciler reconciles MacOSImages.
 type Reconciler struct {
 	Client client.Client

@@ -45,6 +45,11 @@ import (
 // +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodeclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances,verbs=get;list;watch;delete
 
+// FieldOwner is the lease controller's field manager. Each controller writes
+// under its own, so that managedFields, and the writes suite's one-writer
+// test, tell a status' owners apart.
+const FieldOwner = "macrack-lease"
+
 // Reconciler reconciles MacNodeLeases.
 type Reconciler struct {
 	Client   client.Client
@@ -79,7 +84,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&fleetv1alpha1.MacNode{}, handler.EnqueueRequestsFromMapFunc(r.leasesForMacNode)).
 		Watches(&computev1alpha1.MacOSInstance{}, r.instanceHandler())
 	if r.Ticks != nil {
-		b = b.WatchesRawSource(source.Channel(r.Ticks, &handler.EnqueueRequestForObject{}))
+		b = b.WatchesRawSource(source.Channel(r.Ticks, handler.EnqueueRequestsFromMapFunc(r.ticked)))
 	}
 	return b.Complete(conflict.Quiet(r))
 }
@@ -106,6 +111,16 @@ func (r *Reconciler) leasesForMacNode(ctx context.Context, obj client.Object) []
 	return reqs
 }
 
+// ticked maps a tick to the leases it concerns: a lease to itself, a
+// MacNode as its watch does (the binding's lease key, which may name a
+// lease that is gone).
+func (r *Reconciler) ticked(ctx context.Context, obj client.Object) []reconcile.Request {
+	if n, ok := obj.(*fleetv1alpha1.MacNode); ok {
+		return r.leasesForMacNode(ctx, n)
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(obj)}}
+}
+
 func leaseOfInstance(_ context.Context, obj client.Object) []reconcile.Request {
 	i := obj.(*computev1alpha1.MacOSInstance)
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: i.Namespace, Name: i.Spec.LeaseName}}}
@@ -123,6 +138,9 @@ type scope struct {
 	pendingReason, pendingMessage string
 	// awaiting counts instances still waiting for their disk wipe.
 	awaiting int
+	// slots counts the slots placement has yet to free on the chassis: the
+	// binding is cleared only once they are.
+	slots int
 	// holds says what the chassis still holds, by its agent's report, when
 	// that is what keeps it from the pool.
 	holds string
@@ -136,12 +154,31 @@ type scope struct {
 	awaitingRecovery bool
 }
 
-// Reconcile moves one lease through Pending, Bound, Held and Released.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
+// Reconcile moves one lease through Pending, Bound, Held and Released. The
+// bindings are this controller's alone: it also releases those that still
+// name the lease's key after a lease of that name went without its
+// finalizer.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	lease := &leasingv1alpha1.MacNodeLease{}
-	if err := r.Client.Get(ctx, req.NamespacedName, lease); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	var live types.UID
+	switch err := r.Client.Get(ctx, req.NamespacedName, lease); {
+	case apierrors.IsNotFound(err):
+		lease = nil
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("getting MacNodeLease %s: %w", req, err)
+	default:
+		live = lease.UID
 	}
+	orphans, orphanErr := r.releaseOrphans(ctx, req.NamespacedName, live)
+	if lease == nil {
+		return orphans, orphanErr
+	}
+	res, err := r.reconcileLease(ctx, req, lease)
+	return lowestRequeue(res, orphans), errors.Join(err, orphanErr)
+}
+
+// reconcileLease is one pass over a lease that exists.
+func (r *Reconciler) reconcileLease(ctx context.Context, req ctrl.Request, lease *leasingv1alpha1.MacNodeLease) (res ctrl.Result, retErr error) {
 	if lease.DeletionTimestamp.IsZero() && controllerutil.AddFinalizer(lease, fleetv1alpha1.LeaseFinalizer) {
 		if err := r.Client.Update(ctx, lease); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding finalizer to MacNodeLease %s: %w", req, err)
@@ -166,6 +203,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	before := lease.Status.DeepCopy()
 	defer func() {
 		r.updateStatus(s)
+		// As cluster-api's machine controller: the generation is observed
+		// only by a pass that succeeded.
+		if retErr == nil {
+			lease.Status.ObservedGeneration = lease.Generation
+		}
 		r.journal(before, s, helper)
 		if err := helper.Patch(ctx, lease); err != nil && !(s.released && apierrors.IsNotFound(err)) {
 			if rule, refused := patch.Refusal(err); refused {

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
@@ -284,4 +286,39 @@ func findCondition(list []metav1.Condition, t string) *metav1.Condition {
 		}
 	}
 	return nil
+}
+
+// ObservedGeneration is stamped only by a pass that succeeded, as in
+// cluster-api's machine controller: a failed pass still writes the
+// conditions it observed, but not that it saw this generation through.
+func TestObservedGenerationOnlyWhenThePassSucceeds(t *testing.T) {
+	l := newLease("24h")
+	l.Generation = 3
+	f := newFixture(t, class("m4"), readyNode("n1", nil), l)
+	failing := true
+	f.r.Client = interceptor.NewClient(f.c.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, isClass := obj.(*fleetv1alpha1.MacNodeClass); isClass && failing {
+				return errors.New("the cache is gone")
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	if _, err := f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "tenant-a", Name: "l1"}}); err == nil {
+		t.Fatal("a pass that could not read the class succeeded")
+	}
+	got := f.lease(t)
+	if got.Status.ObservedGeneration != 0 {
+		t.Fatalf("a failed pass stamped observedGeneration %d", got.Status.ObservedGeneration)
+	}
+	if findCondition(got.Status.Conditions, leasingv1alpha1.ConditionBound) == nil {
+		t.Fatal("the failed pass wrote no status at all: the check above proves nothing")
+	}
+
+	// Positive control: the same pass, succeeding, stamps it.
+	failing = false
+	f.reconcile(t)
+	if got := f.lease(t); got.Status.ObservedGeneration != got.Generation || got.Generation == 0 {
+		t.Fatalf("a pass that succeeded stamped observedGeneration %d at generation %d", got.Status.ObservedGeneration, got.Generation)
+	}
 }

@@ -150,7 +150,8 @@ func (r *Reconciler) tryClaim(ctx context.Context, s *scope, candidate *fleetv1a
 		LeaseNamespace: lease.Namespace, LeaseName: lease.Name, LeaseUID: lease.UID,
 		BoundAt: boundAt, EarliestReleaseAt: era, Images: slices.Clone(lease.Spec.Images),
 	}
-	claimed.Status.Phase = fleetv1alpha1.MacNodeLeased
+	// The claim is the binding alone: the node controller derives Leased
+	// from it, as the one writer of the phase.
 
 	// May-bind: the policies judge the lease as it would be bound and
 	// the MacNode as it would be claimed, before anything is written.
@@ -315,9 +316,9 @@ func (r *Reconciler) release(ctx context.Context, s *scope) (ctrl.Result, error)
 		return ctrl.Result{}, err
 	}
 	if out.Freed == nil {
-		// The instances' deletions and the agent's reports re-enqueue
-		// this lease.
-		s.awaiting, s.holds = out.AwaitingWipe, out.Holds
+		// The instances' deletions, placement's slot writes and the agent's
+		// reports re-enqueue this lease.
+		s.awaiting, s.slots, s.holds = out.AwaitingWipe, out.Slots, out.Holds
 		return ctrl.Result{}, nil
 	}
 	freed = out.Freed

@@ -81,6 +81,10 @@ func (r *Reconciler) updateStatus(s *scope) {
 	case s.awaiting > 0:
 		conditions.Set(c, conditions.False(leasingv1alpha1.ConditionReleased, leasingv1alpha1.ReasonAwaitingDiskWipe,
 			fmt.Sprintf("%d instance(s) wait for the host agent to stop them and wipe their disks; the chassis stays out of the pool until then", s.awaiting)), gen, now)
+	case s.slots > 0:
+		// Transient: placement frees the slot of a wiped instance at once.
+		conditions.Set(c, conditions.False(leasingv1alpha1.ConditionReleased, leasingv1alpha1.ReasonAwaitingRelease,
+			fmt.Sprintf("the instances are wiped; the chassis returns to the pool once placement frees their %d slot(s)", s.slots)), gen, now)
 	case s.holds != "":
 		if conditions.Set(c, conditions.False(leasingv1alpha1.ConditionReleased, leasingv1alpha1.ReasonChassisNotEmpty,
 			s.holds+"; the instances are wiped, and the chassis returns to the pool once its agent reports it empty"), gen, now) {
@@ -101,7 +105,6 @@ func (r *Reconciler) updateStatus(s *scope) {
 		conditions.Set(c, conditions.True(leasingv1alpha1.ConditionRecorded, leasingv1alpha1.ReasonRecorded,
 			"the operator's status writes go through"), gen, now)
 	}
-	lease.Status.ObservedGeneration = gen
 }
 
 // setChassisAvailable tells the tenant whether its chassis serves it, and,

@@ -8,7 +8,7 @@
 // Files by concern: controller (wiring and the pass), phases (the
 // observations and the one place the phase is derived), quarantine (the
 // loop, and its conditions), node (the Node's taints and Ready), status
-// (the conditions), retired (the break-glass of a dead Mac).
+// (the MacNode's conditions), retired (the break-glass of a dead Mac).
 package node
 
 import (
@@ -41,6 +41,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/conditions"
 	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/index"
+	"github.com/boualleiguie/macrack-operator/internal/nodeready"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/intent"
 )
@@ -53,6 +54,11 @@ import (
 // +kubebuilder:rbac:groups=leasing.macrack.io,resources=macnodeleases,verbs=get;list;watch
 // +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances,verbs=get;list;watch;delete;patch
 // +kubebuilder:rbac:groups=fleet.macrack.io,resources=macosimages,verbs=get;list;watch
+
+// FieldOwner is the node controller's field manager. Each controller writes
+// under its own, so that managedFields, and the writes suite's one-writer
+// test, tell a status' owners apart.
+const FieldOwner = "macrack-node"
 
 // Reconciler reconciles MacNodes and their Nodes.
 type Reconciler struct {
@@ -114,20 +120,22 @@ func macNodeOfNode(_ context.Context, obj client.Object) []reconcile.Request {
 
 // macNodeOfHeartbeat: an agent's heartbeat Lease is named after its node.
 // A renewal matters only to a chassis whose agent is not known to be
-// ready: a ready one's reconcile is due anyway when its last heartbeat
-// would grow too old (assessHeartbeat's requeue), and reads the newest
-// renewal then. A fleet's heartbeats so cost one reconcile per chassis per
-// grace, not one per beat.
+// ready, or whose Node is not Ready (kube-controller-manager's Unknown
+// waits for a renewal after it): a ready one's reconcile is due anyway
+// when its last heartbeat would grow too old (assessHeartbeat's requeue),
+// and reads the newest renewal then. A fleet's heartbeats so cost one
+// reconcile per chassis per grace, not one per beat.
 func (r *Reconciler) macNodeOfHeartbeat(ctx context.Context, obj client.Object) []reconcile.Request {
 	if obj.GetNamespace() != fleetv1alpha1.HeartbeatNamespace {
 		return nil
 	}
-	mn := &fleetv1alpha1.MacNode{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: obj.GetName()}, mn); err == nil &&
-		r.HeartbeatGrace > 0 && conditions.IsTrue(mn.Status.Conditions, fleetv1alpha1.ConditionAgentReady) {
+	key := types.NamespacedName{Name: obj.GetName()}
+	mn, n := &fleetv1alpha1.MacNode{}, &corev1.Node{}
+	if r.HeartbeatGrace > 0 && r.Client.Get(ctx, key, mn) == nil && conditions.IsTrue(mn.Status.Conditions, fleetv1alpha1.ConditionAgentReady) &&
+		r.Client.Get(ctx, key, n) == nil && nodeready.IsTrue(n.Status.Conditions) {
 		return nil
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: obj.GetName()}}}
+	return []reconcile.Request{{NamespacedName: key}}
 }
 
 // macNodeOfLease: a lease's going may orphan its chassis' binding.
@@ -174,15 +182,15 @@ type scope struct {
 	nodeFound bool
 	// orphaned: the binding's lease no longer exists.
 	orphaned bool
-	// freed: this pass cleared an orphaned binding.
-	freed bool
-	// holds says what keeps an orphaned binding's chassis from the pool,
-	// by its agent's report.
+	// holds says what keeps an orphaned binding's chassis from the pool
+	// once earliestReleaseAt has passed.
 	holds string
 	// agent is the heartbeat's verdict: True, False (missed) or Unknown
 	// (the agent never heartbeated); agentMessage says why.
 	agent        metav1.ConditionStatus
 	agentMessage string
+	// heartbeat is the heartbeat Lease's last renewal; zero without one.
+	heartbeat time.Time
 	// class is the chassis' MacNodeClass, when it exists.
 	class *fleetv1alpha1.MacNodeClass
 	// quarantineStarted: this pass began a quarantine.
@@ -207,10 +215,11 @@ func (s *scope) tell(kind, reason, action, message string) {
 }
 
 // Reconcile reads like the chassis' state machine: the break-glass of a
-// retired chassis and the release of an orphaned binding write on their
-// own, first; then one pass observes (compliance, heartbeat), runs the
-// quarantine loop, derives the phase, keeps the Node, and sets the
-// conditions and writes the status once, at the end.
+// retired chassis writes on its own, first; then one pass observes (an
+// orphaned binding, compliance, heartbeat), runs the quarantine loop,
+// derives the phase, keeps the Node, and sets the conditions and writes
+// the status once, at the end. The binding, an orphaned one's release
+// included, is the lease controller's.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	mn := &fleetv1alpha1.MacNode{}
 	if err := r.Client.Get(ctx, req.NamespacedName, mn); err != nil {
@@ -220,10 +229,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if err := r.reconcileRetired(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
-	res, err := r.reconcileOrphanBinding(ctx, s)
-	if err != nil || s.freed {
-		return res, err
-	}
 
 	before := s.node.Status.DeepCopy()
 	observed := false
@@ -232,6 +237,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 			return // conditions from half an observation would mislead
 		}
 		r.updateStatus(s)
+		// As cluster-api's machine controller: the generation is observed
+		// only by a pass that succeeded.
+		if retErr == nil {
+			s.node.Status.ObservedGeneration = s.node.Generation
+		}
 		wrote, err := r.writeStatus(ctx, s, before)
 		switch {
 		case apierrors.IsConflict(err):
@@ -243,9 +253,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		}
 	}()
 
+	orphanRes, err := r.observeOrphan(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := r.assessCompliance(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
+	res = lowestRequeue(res, orphanRes)
 	heartbeatRes, err := r.assessHeartbeat(ctx, s)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -282,7 +297,10 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope, before *fleetv1a
 func (r *Reconciler) tell(ctx context.Context, s *scope, before *fleetv1alpha1.MacNodeStatus) {
 	mn := s.node
 	r.tellEvictions(ctx, mn, before.Audit.Next())
-	if orPending(before.Phase) != mn.Status.Phase {
+	// A claim is told on the lease (LeaseBound) and the Node (NodeTainted):
+	// a chassis entering Leased has no Event of its own, as when the claim
+	// wrote the phase.
+	if orPending(before.Phase) != mn.Status.Phase && mn.Status.Phase != fleetv1alpha1.MacNodeLeased {
 		r.Recorder.Eventf(mn, nil, corev1.EventTypeNormal, "Phase"+string(mn.Status.Phase), "Assess",
 			"MacNode %s moved from %s to %s", mn.Name, orPending(before.Phase), mn.Status.Phase)
 	}

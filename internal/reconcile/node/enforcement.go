@@ -14,7 +14,4 @@ var Enforcement = []enforcement.Point{
 	{Rule: "quota.never-circumvent", Layer: enforcement.Reconciler,
 		What:  "the node controller asks before it moves a chassis to Ready",
 		Proof: enforcement.Proof{File: "internal/reconcile/node/controller_test.go", Test: "TestPhases/a chassis with SIP off stays Enrolled and says quota.never-circumvent"}},
-	{Rule: "lease.release", Layer: enforcement.Reconciler,
-		What:  "the node controller frees a chassis whose lease is gone only at earliestReleaseAt",
-		Proof: enforcement.Proof{File: "test/envtest/reconcilers/refuse_test.go", Test: "a forced finalizer removal at +3h frees nothing: the binding holds the chassis until earliestReleaseAt"}},
 }

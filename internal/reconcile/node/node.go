@@ -8,15 +8,18 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/nodeready"
 	"github.com/boualleiguie/macrack-operator/internal/taints"
 )
 
 // reconcileNode keeps the Node's macrack.io/ taints and labels as the
-// MacNode, its binding and the quarantine say, and touches nothing else on
-// it: the operator writes every macrack.io/ label of a Node.
+// MacNode, its binding and the quarantine say, its address, and its Ready
+// condition as the heartbeat says, and touches nothing else on it: the
+// operator writes every macrack.io/ label of a Node.
 func (r *Reconciler) reconcileNode(ctx context.Context, s *scope) error {
 	n := &corev1.Node{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: s.node.Name}, n); err != nil {
@@ -57,10 +60,7 @@ func (r *Reconciler) reconcileNode(ctx context.Context, s *scope) error {
 	if err := r.publishAddress(ctx, n, s); err != nil {
 		return err
 	}
-	if s.agent == metav1.ConditionFalse {
-		return r.markNodeNotReady(ctx, n, s)
-	}
-	return nil
+	return r.keepNodeReady(ctx, n, s)
 }
 
 // publishAddress makes the MacNode's spec.address the Node's only address,
@@ -86,30 +86,28 @@ func (r *Reconciler) publishAddress(ctx context.Context, n *corev1.Node, s *scop
 	return nil
 }
 
-// markNodeNotReady sets the Node's Ready condition to False when the agent
-// fell silent, as the node lifecycle controller would for a kubelet.
-func (r *Reconciler) markNodeNotReady(ctx context.Context, n *corev1.Node, s *scope) error {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionFalse && c.Reason == fleetv1alpha1.ReasonHeartbeatMissed {
-			return nil
-		}
+// keepNodeReady writes the Node's Ready condition as the heartbeat and the
+// facts say, unless it already agrees (nodeready.Agrees): True and False
+// are the operator's, kube-controller-manager's node lifecycle controller
+// writes Unknown when the heartbeat goes stale. A strategic merge patch
+// sends the Ready condition alone, so that it never writes back a stale
+// copy of the others.
+func (r *Reconciler) keepNodeReady(ctx context.Context, n *corev1.Node, s *scope) error {
+	want := nodeready.Desired(nodeready.Observation{Heartbeat: s.heartbeat, Stale: s.agent == metav1.ConditionFalse,
+		Unreported: s.unreported, Message: s.agentMessage})
+	conds, changed := nodeready.Set(n.Status.Conditions, want, s.heartbeat, s.now.Time)
+	if !changed {
+		return nil
 	}
 	updated := n.DeepCopy()
-	cond := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: fleetv1alpha1.ReasonHeartbeatMissed,
-		Message: "MacRack host agent: " + s.agentMessage, LastTransitionTime: s.now, LastHeartbeatTime: s.now}
-	replaced := false
-	for i := range updated.Status.Conditions {
-		if updated.Status.Conditions[i].Type == corev1.NodeReady {
-			updated.Status.Conditions[i] = cond
-			replaced = true
-		}
+	updated.Status.Conditions = conds
+	if err := r.Client.Status().Patch(ctx, updated, client.StrategicMergeFrom(n)); err != nil {
+		return fmt.Errorf("setting the Ready condition of Node %s to %s: %w", n.Name, want.Status, err)
 	}
-	if !replaced {
-		updated.Status.Conditions = append(updated.Status.Conditions, cond)
+	if want.Status == corev1.ConditionFalse && want.Reason == fleetv1alpha1.ReasonHeartbeatMissed {
+		r.Recorder.Eventf(s.node, updated, corev1.EventTypeWarning, fleetv1alpha1.ReasonHeartbeatMissed, "Heartbeat", "%s", s.agentMessage)
 	}
-	if err := r.Client.Status().Patch(ctx, updated, client.MergeFrom(n)); err != nil {
-		return fmt.Errorf("marking Node %s not ready: %w", n.Name, err)
-	}
-	r.Recorder.Eventf(s.node, updated, corev1.EventTypeWarning, fleetv1alpha1.ReasonHeartbeatMissed, "Heartbeat", "%s", s.agentMessage)
+	ctrl.LoggerFrom(ctx).Info("Node Ready condition set", "Node", n.Name, "status", want.Status, "reason", want.Reason)
+	*n = *updated
 	return nil
 }

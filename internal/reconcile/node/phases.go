@@ -6,7 +6,6 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -47,11 +46,12 @@ func derivePhase(s *scope) {
 	}
 }
 
-// reconcileOrphanBinding handles a binding whose lease is gone, which only
-// a forced removal of the lease's finalizer leaves behind. The binding holds
-// the chassis until earliestReleaseAt all the same; then the lease's
-// instances are deleted, and once wiped the chassis is freed.
-func (r *Reconciler) reconcileOrphanBinding(ctx context.Context, s *scope) (ctrl.Result, error) {
+// observeOrphan notes a binding whose lease is gone, which only a forced
+// removal of the lease's finalizer leaves behind, for the Leased
+// condition. The binding is the lease controller's: it holds the chassis
+// until earliestReleaseAt, and then the lease controller releases it.
+// What keeps it meanwhile is said here.
+func (r *Reconciler) observeOrphan(ctx context.Context, s *scope) (ctrl.Result, error) {
 	b := s.node.Status.Binding
 	if b == nil {
 		return ctrl.Result{}, nil
@@ -65,36 +65,15 @@ func (r *Reconciler) reconcileOrphanBinding(ctx context.Context, s *scope) (ctrl
 		return ctrl.Result{}, fmt.Errorf("getting lease %s/%s: %w", b.LeaseNamespace, b.LeaseName, err)
 	}
 	s.orphaned = true
-	log := ctrl.LoggerFrom(ctx).WithValues("MacNodeLease", b.LeaseNamespace+"/"+b.LeaseName)
 	if s.now.Before(&b.EarliestReleaseAt) {
-		log.Info("Binding outlives its lease; the chassis stays held", "earliestReleaseAt", b.EarliestReleaseAt.UTC())
+		// Look again then, to say what the release waits for.
 		return ctrl.Result{RequeueAfter: b.EarliestReleaseAt.Sub(s.now.Time)}, nil
 	}
-	d, err := r.decide(ctx, chassis.Freed(s.node, s.now.Time), s.node)
-	if err != nil {
-		return ctrl.Result{}, err
+	if n := len(s.node.Status.Slots); n > 0 {
+		s.holds = fmt.Sprintf("%d slot(s) wait for their instances' wipes", n)
+	} else {
+		s.holds = chassis.Holds(s.node)
 	}
-	if !d.Allowed() {
-		return ctrl.Result{}, fmt.Errorf("freeing MacNode %s refused: %s", s.node.Name, d.Violations[0].Message)
-	}
-	out, err := chassis.Release(ctx, r.Client, s.node, b.LeaseNamespace, b.LeaseName, s.now.Time)
-	if err != nil {
-		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: conflictRetry}, nil
-		}
-		return ctrl.Result{}, err
-	}
-	if out.Freed == nil {
-		if s.holds = out.Holds; s.holds != "" {
-			log.Info("Orphaned binding kept: the chassis is not empty", "holds", out.Holds)
-		}
-		return ctrl.Result{}, nil
-	}
-	freed := out.Freed
-	s.freed = true
-	r.Recorder.Eventf(freed, nil, corev1.EventTypeNormal, "ChassisReleased", "Release",
-		"Released chassis %s: its lease %s/%s is gone and earliestReleaseAt has passed", freed.Spec.Serial, b.LeaseNamespace, b.LeaseName)
-	log.Info("Orphaned binding released")
 	return ctrl.Result{}, nil
 }
 
@@ -158,6 +137,9 @@ func (r *Reconciler) assessHeartbeat(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, nil
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("getting the heartbeat of %s: %w", s.node.Name, err)
+	}
+	if hb.Spec.RenewTime != nil {
+		s.heartbeat = hb.Spec.RenewTime.Time
 	}
 	if hb.Spec.RenewTime == nil || r.HeartbeatGrace <= 0 {
 		s.agent, s.agentMessage = metav1.ConditionUnknown, "the heartbeat has no renew time"

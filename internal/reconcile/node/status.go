@@ -73,5 +73,4 @@ func (r *Reconciler) updateStatus(s *scope) {
 		conditions.Set(c, conditions.False(fleetv1alpha1.ConditionReady, fleetv1alpha1.ReasonAwaitingCompliance,
 			fmt.Sprintf("the chassis is %s", orPending(st.Phase))), gen, s.now)
 	}
-	st.ObservedGeneration = gen
 }

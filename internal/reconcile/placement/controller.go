@@ -57,6 +57,11 @@ const conflictRetry = 100 * time.Millisecond
 // reason of its own for it yet; the lease's ChassisAvailable uses the same).
 const ReasonChassisQuarantined = leasingv1alpha1.ReasonChassisQuarantined
 
+// FieldOwner is placement's field manager. Each controller writes under its
+// own, so that managedFields, and the writes suite's one-writer test, tell a
+// status' owners apart.
+const FieldOwner = "macrack-placement"
+
 // Reconciler places instances on one MacNode at a time.
 type Reconciler struct {
 	Client   client.Client

@@ -62,6 +62,11 @@ const conflictRetry = 100 * time.Millisecond
 // PodSecurity level changes.
 const RefusedRetry = time.Minute
 
+// FieldOwner is the instance Pod controller's field manager. Each controller
+// writes under its own, so that managedFields, and the writes suite's one-writer
+// test, tell a status' owners apart.
+const FieldOwner = "macrack-pod"
+
 // Reconciler keeps instances' Pods.
 type Reconciler struct {
 	// Client reads from the cache, which holds only Pods labelled

@@ -193,9 +193,9 @@ func podReady(st *corev1.PodStatus) bool {
 	return false
 }
 
-// nodeReady: the Node's Ready condition is True. The agent sets it with
-// every heartbeat; kube-controller-manager makes it Unknown, and the
-// operator False, when the heartbeats stop.
+// nodeReady: the Node's Ready condition is True. The operator sets it True
+// and False from the agent's heartbeat (internal/nodeready);
+// kube-controller-manager makes it Unknown when the heartbeats stop.
 func nodeReady(n *corev1.Node) bool {
 	if n == nil {
 		return false

@@ -45,6 +45,11 @@ const (
 	ReasonIssued   = "CertificateIssued"
 )
 
+// FieldOwner is the kubelet serving certificate controller's field manager.
+// Each controller writes under its own, so that managedFields, and the
+// writes suite's one-writer test, tell a status' owners apart.
+const FieldOwner = "macrack-kubelet-serving"
+
 // Reconciler approves, denies and signs the kubelet serving signer's
 // requests.
 type Reconciler struct {

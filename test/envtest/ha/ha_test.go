@@ -177,7 +177,9 @@ var _ = Describe("two operator replicas", Ordered, func() {
 		Expect(held).To(HaveLen(chassisCount))
 		for _, l := range leases.Items {
 			Expect(held[l.UID]).To(ConsistOf(l.Status.NodeName), "the MacNodes bound to lease %s", l.Name)
-			Expect(macNode(l.Status.NodeName).Status.Phase).To(Equal(fleetv1alpha1.MacNodeLeased))
+			// The node controller derives Leased from the binding, after
+			// the claim: the phase's one writer.
+			Eventually(func() fleetv1alpha1.MacNodePhase { return macNode(l.Status.NodeName).Status.Phase }).Should(Equal(fleetv1alpha1.MacNodeLeased))
 		}
 		By("no record is lost from the stream across the kill")
 		// The new leader exports what the dead one had not: every journal

@@ -202,13 +202,14 @@ func (op *Operator) Stop() error {
 }
 
 // Step moves the fake clock and enqueues the given objects, as a clock
-// tick would on a real one.
+// tick would on a real one. A MacNode goes to the node controller, and to
+// the lease controller, which maps it to its binding's lease (an orphaned
+// binding's release is the lease controller's).
 func (op *Operator) Step(d time.Duration, objs ...client.Object) {
 	op.clock.Step(d)
 	for _, o := range objs {
 		if _, isMacNode := o.(*fleetv1alpha1.MacNode); isMacNode {
 			op.NodeTicks <- event.GenericEvent{Object: o}
-			continue
 		}
 		op.Ticks <- event.GenericEvent{Object: o}
 	}

@@ -1,6 +1,7 @@
 package instances
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/nodeready"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/pod"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 )
@@ -337,6 +339,48 @@ var _ = Describe("Instances' Pods", Ordered, SpecPriority(1), func() {
 				mu.Unlock()
 			}
 		}()
+		// And the Node's Ready condition, each time a write changed it: the
+		// operator's clock, frozen at the suite's start, still calls the
+		// silent agent's heartbeat fresh, so the operator would write True
+		// over kube-controller-manager's Unknown at each of its passes if
+		// it did not wait for a renewal after it.
+		nodeName := agent.Node
+		readyKey := func(n *corev1.Node) string {
+			r := nodeready.Find(n.Status.Conditions)
+			if r == nil {
+				return ""
+			}
+			return fmt.Sprintf("%s/%s/%s/%s", r.Status, r.Reason, r.LastTransitionTime.UTC(), r.LastHeartbeatTime.UTC())
+		}
+		n := &corev1.Node{}
+		Expect(admin.Get(ctx, client.ObjectKey{Name: nodeName}, n)).To(Succeed())
+		Expect(nodeready.IsTrue(n.Status.Conditions)).To(BeTrue())
+		nw, err := env.WatchClient().Watch(ctx, &corev1.NodeList{})
+		Expect(err).NotTo(HaveOccurred())
+		var nodeSeen []string // the Node's Ready, status/reason, each time a write changed it
+		nodeWrites := 0       // writes that changed the Node's Ready condition
+		nodeDone := make(chan struct{})
+		go func() {
+			defer close(nodeDone)
+			last := readyKey(n)
+			for ev := range nw.ResultChan() {
+				n, ok := ev.Object.(*corev1.Node)
+				if !ok || n.Name != nodeName {
+					continue
+				}
+				r := nodeready.Find(n.Status.Conditions)
+				if r == nil {
+					continue
+				}
+				mu.Lock()
+				if key := readyKey(n); key != last {
+					nodeWrites++
+					nodeSeen = append(nodeSeen, string(r.Status)+"/"+r.Reason)
+					last = key
+				}
+				mu.Unlock()
+			}
+		}()
 		Expect(agent.Stop()).To(Succeed())
 		nodeReady := func() corev1.ConditionStatus {
 			n := &corev1.Node{}
@@ -353,22 +397,45 @@ var _ = Describe("Instances' Pods", Ordered, SpecPriority(1), func() {
 		// Both writers agree: Ready stays False, and the writes stop.
 		Consistently(func() corev1.ConditionStatus { return readyOf(podOf(ci1)) }, "10s", "100ms").Should(Equal(corev1.ConditionFalse))
 		mu.Lock()
-		settled := writes
+		settled, nodeSettled := writes, nodeWrites
 		mu.Unlock()
-		Consistently(func() int { mu.Lock(); defer mu.Unlock(); return writes }, "5s").Should(Equal(settled), "the Pod is still being written")
+		Consistently(func(g Gomega) {
+			mu.Lock()
+			defer mu.Unlock()
+			g.Expect(writes).To(Equal(settled), "the Pod is still being written")
+			g.Expect(nodeWrites).To(Equal(nodeSettled), "the Node's Ready is still being written: %v", nodeSeen)
+		}, "5s").Should(Succeed())
+		mu.Lock()
+		Expect(nodeSeen).NotTo(ContainElement(HavePrefix(string(corev1.ConditionTrue))), "the silent Node was made Ready")
+		Expect(nodeSeen).To(HaveLen(nodeSettled))
+		Expect(nodeSettled).To(BeNumerically(">=", 1), "kube-controller-manager's Unknown was not seen")
+		Expect(nodeSettled).To(BeNumerically("<=", 2), "%v", nodeSeen)
+		silentWrites := nodeSettled
+		mu.Unlock()
 
 		// The agent comes back: the Node is Ready again, and so is the Pod.
 		agent, err = env.StartAgent(harness.AgentOptions{Serial: agent.Serial, Class: pClass, StateDir: agent.StateDir, HelperPath: helperPath,
 			Heartbeat: 2 * time.Second, Log: zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)).WithName("pods")})
 		Expect(err).NotTo(HaveOccurred())
 		Eventually(func() corev1.ConditionStatus { return readyOf(podOf(ci1)) }, "30s").Should(Equal(corev1.ConditionTrue))
+		// The positive control: a renewal after kube-controller-manager's
+		// Unknown, which stood until then, makes the Node Ready again: the
+		// operator's True.
+		nodeSeenSoFar := func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(nodeSeen) }
+		Eventually(nodeSeenSoFar).Should(HaveLen(silentWrites + 1))
+		Expect(nodeSeenSoFar()[silentWrites-1]).To(HavePrefix(string(corev1.ConditionUnknown)+"/"), "%v", nodeSeenSoFar())
+		Expect(nodeSeenSoFar()[silentWrites]).To(Equal(string(corev1.ConditionTrue) + "/" + fleetv1alpha1.ReasonHeartbeatCurrent))
 		seenSoFar := func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(seen) }
 		// The watch may deliver the last write a moment after the read.
 		Eventually(seenSoFar).Should(HaveLen(2))
 		Consistently(seenSoFar, "3s").Should(Equal([]string{"False", "True"}), "Ready flipped back and forth")
+		Expect(nodeSeenSoFar()).To(HaveLen(silentWrites+1), "the Node's Ready flipped again")
 		w.Stop()
 		<-done
+		nw.Stop()
+		<-nodeDone
 		GinkgoWriter.Printf("ci-1's Pod: Ready %s over %d writes\n", strings.Join(seen, " -> "), writes)
+		GinkgoWriter.Printf("Node %s: Ready %s, %d writes of it while silent and 5s settled\n", nodeName, strings.Join(nodeSeen, " -> "), silentWrites)
 		Expect(writes).To(BeNumerically("<=", 6))
 	})
 })

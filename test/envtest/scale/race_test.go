@@ -54,6 +54,15 @@ var _ = Describe("The binding race, at scale", Ordered, func() {
 		// API server more than anything it measures.
 		Eventually(sctx, rec.ready, "6m", "250ms").Should(Equal(chassisCount))
 		timed(fmt.Sprintf("%d chassis created and Ready", chassisCount), t0)
+		// The node controller derives Leased from each binding, after the
+		// claim: the phase's one writer.
+		Eventually(sctx, func(g Gomega) {
+			nodes, err := macNodes(class)
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, n := range nodes {
+				g.Expect(n.Status.Phase).To(Equal(fleetv1alpha1.MacNodeLeased), "chassis %s", n.Name)
+			}
+		}, "1m").Should(Succeed())
 		nodes, err := macNodes(class)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(nodes).To(HaveLen(chassisCount))
@@ -98,7 +107,6 @@ var _ = Describe("The binding race, at scale", Ordered, func() {
 		for _, n := range nodes {
 			b := n.Status.Binding
 			Expect(b).NotTo(BeNil(), "chassis %s is unbound while leases wait", n.Name)
-			Expect(n.Status.Phase).To(Equal(fleetv1alpha1.MacNodeLeased), "chassis %s", n.Name)
 			Expect(holder).NotTo(HaveKey(b.LeaseUID), "lease %s/%s holds chassis %s and %s", b.LeaseNamespace, b.LeaseName, holder[b.LeaseUID], n.Name)
 			holder[b.LeaseUID] = n.Name
 			l := byUID[b.LeaseUID]

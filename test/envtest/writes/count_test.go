@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"sort"
 	"strconv"
@@ -30,6 +31,12 @@ type write struct {
 	Namespace, Name      string
 	Code                 int32
 	Body                 []byte
+	// Manager is the write's field manager: the one it named, or the one
+	// the API server derived from its user agent.
+	Manager string
+	// Response is the object the API server answered with, for the
+	// writes the audit policy records at RequestResponse.
+	Response []byte
 	// writer is who wrote, by the user: operator, agent, tenant,
 	// apiserver.
 	writer string
@@ -109,10 +116,26 @@ func readAuditTo(from, to int64) ([]write, int64) {
 		if ev.RequestObject != nil {
 			w.Body = ev.RequestObject.Raw
 		}
+		if ev.ResponseObject != nil {
+			w.Response = ev.ResponseObject.Raw
+		}
+		w.Manager = fieldManager(ev.RequestURI, ev.UserAgent)
 		out = append(out, w)
 	}
 	Expect(sc.Err()).NotTo(HaveOccurred())
 	return out, from + int64(len(data))
+}
+
+// fieldManager is a write's field manager, as the API server takes it: the
+// request's fieldManager, or else its user agent up to the first slash.
+func fieldManager(requestURI, userAgent string) string {
+	if u, err := url.Parse(requestURI); err == nil {
+		if m := u.Query().Get("fieldManager"); m != "" {
+			return m
+		}
+	}
+	m, _, _ := strings.Cut(userAgent, "/")
+	return m
 }
 
 // periodic writes are not the lease's: the agent's heartbeat Lease and the

@@ -42,11 +42,22 @@ func TestWrites(t *testing.T) {
 }
 
 // auditPolicy logs every write, with its request body, once it completed;
-// nothing else.
+// nothing else. The writes of MacRack's statuses carry the object the API
+// server answered with as well, from which the one-writer test tells
+// which fields each write changed.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived", "ResponseStarted"]
 rules:
+- level: RequestResponse
+  verbs: ["update", "patch"]
+  resources:
+  - group: fleet.macrack.io
+    resources: ["macnodes/status"]
+  - group: leasing.macrack.io
+    resources: ["macnodeleases/status"]
+  - group: compute.macrack.io
+    resources: ["macosinstances/status"]
 - level: Request
   verbs: ["create", "update", "patch", "delete", "deletecollection"]
 - level: None
