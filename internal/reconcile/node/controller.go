@@ -13,19 +13,17 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
-	"errors"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -42,8 +40,9 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/nodeready"
-	"github.com/boualleiguie/macrack-operator/internal/policy"
+	"github.com/boualleiguie/macrack-operator/internal/phase"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/intent"
+	"github.com/boualleiguie/macrack-operator/internal/reconcile/requeue"
 )
 
 // +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodes,verbs=get;list;watch
@@ -62,13 +61,12 @@ const FieldOwner = "macrack-node"
 
 // Reconciler reconciles MacNodes and their Nodes.
 type Reconciler struct {
-	Client   client.Client
-	Engine   *policy.Engine
-	Clock    clock.PassiveClock
+	// Checker is the reconciler's client and clock, and what it needs to
+	// ask the policies about a status write before it makes it
+	// (Checker.StatusWrite): the engine, the params, the operator's
+	// identity, and the audit stream's denials.
+	intent.Checker
 	Recorder events.EventRecorder
-	Params   policy.Params
-	// Identity is the operator's username, as the API server sees it.
-	Identity string
 	// Ticks, if set, enqueues MacNodes from outside the cluster: tests step a
 	// fake clock and send the MacNodes whose time has come.
 	Ticks <-chan event.GenericEvent
@@ -87,14 +85,7 @@ type Reconciler struct {
 	Metrics *Metrics
 	// JournalDropped counts audit records a full journal lost; may be nil.
 	JournalDropped func(n int)
-	// Denials takes the policies' refusals of this controller's writes,
-	// for the audit stream; may be nil.
-	Denials *audit.Denials
 }
-
-// conflictRetry is how soon a status write that lost an optimistic
-// concurrency race is retried, from a fresher read.
-const conflictRetry = 100 * time.Millisecond
 
 // SetupWithManager registers the controller and its watches.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -245,7 +236,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		wrote, err := r.writeStatus(ctx, s, before)
 		switch {
 		case apierrors.IsConflict(err):
-			res, retErr = ctrl.Result{RequeueAfter: conflictRetry}, nil
+			res, retErr = ctrl.Result{RequeueAfter: conflict.RetryAfter}, nil
 		case err != nil:
 			retErr = errors.Join(retErr, err)
 		case wrote:
@@ -260,12 +251,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if err := r.assessCompliance(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
-	res = lowestRequeue(res, orphanRes)
+	res = requeue.Lowest(res, orphanRes)
 	heartbeatRes, err := r.assessHeartbeat(ctx, s)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	res = lowestRequeue(res, heartbeatRes)
+	res = requeue.Lowest(res, heartbeatRes)
 	observed = true
 	r.reconcileQuarantine(s)
 	derivePhase(s)
@@ -300,9 +291,9 @@ func (r *Reconciler) tell(ctx context.Context, s *scope, before *fleetv1alpha1.M
 	// A claim is told on the lease (LeaseBound) and the Node (NodeTainted):
 	// a chassis entering Leased has no Event of its own, as when the claim
 	// wrote the phase.
-	if orPending(before.Phase) != mn.Status.Phase && mn.Status.Phase != fleetv1alpha1.MacNodeLeased {
+	if phase.OrPending(before.Phase) != mn.Status.Phase && mn.Status.Phase != fleetv1alpha1.MacNodeLeased {
 		r.Recorder.Eventf(mn, nil, corev1.EventTypeNormal, "Phase"+string(mn.Status.Phase), "Assess",
-			"MacNode %s moved from %s to %s", mn.Name, orPending(before.Phase), mn.Status.Phase)
+			"MacNode %s moved from %s to %s", mn.Name, phase.OrPending(before.Phase), mn.Status.Phase)
 	}
 	for _, e := range s.events {
 		r.Recorder.Eventf(mn, nil, e.kind, e.reason, e.action, "%s", e.message)
@@ -328,16 +319,4 @@ func (r *Reconciler) tellEvictions(ctx context.Context, mn *fleetv1alpha1.MacNod
 			"chassis %s no longer holds a verified copy of %s: its agent evicted or discarded it (its MacNode's Events say why)",
 			mn.Spec.Serial, rec.Attributes["digest"])
 	}
-}
-
-// decide asks the policy about a status write the operator is about to make.
-func (r *Reconciler) decide(ctx context.Context, to, from *fleetv1alpha1.MacNode) (policy.Decision, error) {
-	return intent.Checker{Client: r.Client, Engine: r.Engine, Clock: r.Clock, Params: r.Params, Identity: r.Identity, Denials: r.Denials}.StatusWrite(ctx, to, from, nil)
-}
-
-func orPending(p fleetv1alpha1.MacNodePhase) fleetv1alpha1.MacNodePhase {
-	if p == "" {
-		return fleetv1alpha1.MacNodePending
-	}
-	return p
 }

@@ -85,7 +85,7 @@ func (r *Reconciler) recordUnwiped(ctx context.Context, s *scope, stuck []comput
 		// Never drop a record to make room: the disks stay held instead.
 		return fmt.Errorf("retired chassis %s would record %d unwiped disks, above the %d its status holds", s.node.Name, n, maxUnwipedDisks)
 	}
-	d, err := r.decide(ctx, updated, s.node)
+	d, err := r.StatusWrite(ctx, updated, s.node, nil)
 	if err != nil {
 		return err
 	}

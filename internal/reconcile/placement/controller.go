@@ -16,14 +16,12 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -34,11 +32,10 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/audit"
 	"github.com/boualleiguie/macrack-operator/internal/conditions"
 	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/index"
-	"github.com/boualleiguie/macrack-operator/internal/policy"
+	"github.com/boualleiguie/macrack-operator/internal/phase"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/intent"
 )
 
@@ -47,10 +44,6 @@ import (
 // +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances,verbs=get;list;watch
 // +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=leasing.macrack.io,resources=macnodeleases,verbs=get;list;watch
-
-// conflictRetry is how soon a slot claim that lost an optimistic concurrency
-// race is retried, from a fresher read.
-const conflictRetry = 100 * time.Millisecond
 
 // ReasonChassisQuarantined is the Placed=False reason of an instance that
 // waits because its chassis is under quarantine (the compute API has no
@@ -64,15 +57,12 @@ const FieldOwner = "macrack-placement"
 
 // Reconciler places instances on one MacNode at a time.
 type Reconciler struct {
-	Client   client.Client
-	Engine   *policy.Engine
-	Clock    clock.PassiveClock
+	// Checker is the reconciler's client and clock, and what it needs to
+	// ask the policies about a status write before it makes it
+	// (Checker.StatusWrite): the engine, the params, the operator's
+	// identity, and the audit stream's denials.
+	intent.Checker
 	Recorder events.EventRecorder
-	Params   policy.Params
-	Identity string
-	// Denials takes the policies' refusals of this controller's writes,
-	// for the audit stream; may be nil.
-	Denials *audit.Denials
 	// MaxConcurrentReconciles bounds parallel reconciles, each of one
 	// chassis and its slots.
 	MaxConcurrentReconciles int
@@ -129,7 +119,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if err := r.reconcileSlots(ctx, mn, placed.Items, waiting, fence); err != nil {
 		if apierrors.IsConflict(err) {
-			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+			return ctrl.Result{RequeueAfter: conflict.RetryAfter}, nil
 		}
 		return ctrl.Result{}, err
 	}
@@ -210,7 +200,7 @@ func (r *Reconciler) reconcileSlots(ctx context.Context, mn *fleetv1alpha1.MacNo
 	if !sameSlots(slots, mn.Status.Slots) {
 		updated := mn.DeepCopy()
 		updated.Status.Slots = slots
-		d, err := r.decide(ctx, updated, mn, nil)
+		d, err := r.StatusWrite(ctx, updated, mn, nil)
 		if err != nil {
 			return err
 		}
@@ -253,7 +243,7 @@ func quarantineFence(mn *fleetv1alpha1.MacNode) string {
 	switch {
 	case mn.Status.Phase.Fenced():
 	case q.Active():
-		state = fmt.Sprintf("under quarantine (phase %s)", orPending(mn.Status.Phase))
+		state = fmt.Sprintf("under quarantine (phase %s)", phase.OrPending(mn.Status.Phase))
 	default:
 		return ""
 	}
@@ -265,18 +255,11 @@ func quarantineFence(mn *fleetv1alpha1.MacNode) string {
 		mn.Spec.Serial, state, cause)
 }
 
-func orPending(p fleetv1alpha1.MacNodePhase) fleetv1alpha1.MacNodePhase {
-	if p == "" {
-		return fleetv1alpha1.MacNodePending
-	}
-	return p
-}
-
 // mayPlace asks instance.cap and instance.tenant about the placement.
 func (r *Reconciler) mayPlace(ctx context.Context, mn *fleetv1alpha1.MacNode, inst *computev1alpha1.MacOSInstance) (string, error) {
 	to := inst.DeepCopy()
 	to.Status.NodeName = mn.Name
-	d, err := r.decide(ctx, to, inst, nil)
+	d, err := r.StatusWrite(ctx, to, inst, nil)
 	if err != nil || d.Allowed() {
 		return "", err
 	}
@@ -335,10 +318,6 @@ func (r *Reconciler) capacity(ctx context.Context, mn *fleetv1alpha1.MacNode) (c
 		return 0, false, fmt.Errorf("getting MacNodeClass %s of %s: %w", mn.Spec.NodeClassName, mn.Name, err)
 	}
 	return min(int(class.Spec.VMCapacity), fleetv1alpha1.KernelVMLimit), true, nil
-}
-
-func (r *Reconciler) decide(ctx context.Context, obj, old client.Object, inv map[string]any) (policy.Decision, error) {
-	return intent.Checker{Client: r.Client, Engine: r.Engine, Clock: r.Clock, Params: r.Params, Identity: r.Identity, Denials: r.Denials}.StatusWrite(ctx, obj, old, inv)
 }
 
 func sameSlots(a, b []fleetv1alpha1.Slot) bool {

@@ -24,6 +24,7 @@ import (
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
+	"github.com/boualleiguie/macrack-operator/internal/reconcile/intent"
 	"github.com/boualleiguie/macrack-operator/policies"
 )
 
@@ -56,8 +57,8 @@ func setup(t *testing.T, vms int32, objs ...client.Object) (*Reconciler, client.
 		b = b.WithIndex(ix.Object, ix.Name, ix.Value)
 	}
 	c := b.Build()
-	return &Reconciler{Client: c, Engine: engine, Clock: clocktesting.NewFakeClock(t0), Recorder: events.NewFakeRecorder(100),
-		Params: policy.Params{AgentsNamespace: "macrack-agents"}, Identity: "operator"}, c
+	return &Reconciler{Checker: intent.Checker{Client: c, Engine: engine, Clock: clocktesting.NewFakeClock(t0),
+		Params: policy.Params{AgentsNamespace: "macrack-agents"}, Identity: "operator"}, Recorder: events.NewFakeRecorder(100)}, c
 }
 
 func instance(name string, created time.Duration) *computev1alpha1.MacOSInstance {
