@@ -275,3 +275,41 @@ func TestAQuarantineTakesNoSlotAway(t *testing.T) {
 		t.Fatalf("the quarantine took a claimed slot away: %+v", got)
 	}
 }
+
+// One pass that claims two slots and refuses a third instance writes each
+// object once: the MacNode's slots, then each instance; a second pass,
+// with nothing new, writes nothing.
+func TestAPassWritesEachObjectOnce(t *testing.T) {
+	r, c := setup(t, 2, instance("first", time.Second), instance("second", 2*time.Second), instance("third", 3*time.Second))
+	writes := map[string]int{}
+	r.Client = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, cl client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			writes[obj.GetName()]++
+			return cl.SubResource(sub).Update(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+			writes[obj.GetName()]++
+			return cl.SubResource(sub).Patch(ctx, obj, p, opts...)
+		},
+	})
+	reconcileNode(t, r)
+	want := map[string]int{"c02a": 1, "first": 1, "second": 1, "third": 1}
+	if len(writes) != len(want) {
+		t.Fatalf("want one status write each of %v, got %v", want, writes)
+	}
+	for name, n := range want {
+		if writes[name] != n {
+			t.Fatalf("want one status write each of %v, got %v", want, writes)
+		}
+	}
+	// Positive control of the counting: the writes did land.
+	if get(t, c, "first").Status.NodeName != "c02a" || len(slotsOf(t, c)) != 2 {
+		t.Fatal("the pass's writes did not land")
+	}
+
+	clear(writes)
+	reconcileNode(t, r)
+	if len(writes) != 0 {
+		t.Fatalf("a steady pass wrote %v", writes)
+	}
+}
