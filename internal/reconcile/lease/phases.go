@@ -56,7 +56,7 @@ func (r *Reconciler) extend(ctx context.Context, s *scope) error {
 	if !d.Allowed() {
 		return fmt.Errorf("extending the binding of MacNode %s refused: %s", s.node.Name, d.Violations[0].Message)
 	}
-	if err := r.Client.Status().Update(ctx, extended); err != nil {
+	if err := r.Client.Status().Patch(ctx, extended, client.MergeFromWithOptions(s.node, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("extending the binding of MacNode %s: %w", s.node.Name, err)
 	}
 	s.node = extended
@@ -176,7 +176,9 @@ func (r *Reconciler) tryClaim(ctx context.Context, s *scope, candidate *fleetv1a
 		return false, !leaseDecision.Allowed(), nil
 	}
 
-	if err := r.Client.Status().Update(ctx, claimed); err != nil {
+	// The binding alone, with the resourceVersion read: of two leases
+	// racing for the chassis, the second write fails.
+	if err := r.Client.Status().Patch(ctx, claimed, client.MergeFromWithOptions(node, client.MergeFromWithOptimisticLock{})); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			log.V(1).Info("Lost the race for a chassis", "MacNode", node.Name)
 			return false, false, nil
