@@ -40,6 +40,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/nodeready"
+	"github.com/boualleiguie/macrack-operator/internal/patch"
 	"github.com/boualleiguie/macrack-operator/internal/phase"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/intent"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/requeue"
@@ -193,6 +194,8 @@ type scope struct {
 	// events are written once the pass's status write has landed, so that a
 	// retried pass does not tell a step twice.
 	events []nodeEvent
+	// observed: the pass observed all it needs to set the conditions.
+	observed bool
 }
 
 // nodeEvent is one Event about the MacNode.
@@ -205,26 +208,29 @@ func (s *scope) tell(kind, reason, action, message string) {
 	s.events = append(s.events, nodeEvent{kind: kind, reason: reason, action: action, message: message})
 }
 
-// Reconcile reads like the chassis' state machine: the break-glass of a
-// retired chassis writes on its own, first; then one pass observes (an
-// orphaned binding, compliance, heartbeat), runs the quarantine loop,
-// derives the phase, keeps the Node, and sets the conditions and writes
-// the status once, at the end. The binding, an orphaned one's release
-// included, is the lease controller's.
+// Reconcile reads like the chassis' state machine, on the lease
+// controller's skeleton: one pass observes (the retired chassis' unwiped
+// disks, an orphaned binding, compliance, heartbeat), runs the quarantine
+// loop, derives the phase and keeps the Node; then one updateStatus sets
+// the conditions, and the patch helper writes the MacNode's status once,
+// at the end. The binding, an orphaned one's release included, is the
+// lease controller's; the slots are placement's. The node controller adds
+// no finalizer: nothing of its own outlives the MacNode.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	mn := &fleetv1alpha1.MacNode{}
 	if err := r.Client.Get(ctx, req.NamespacedName, mn); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	s := &scope{node: mn, now: metav1.NewTime(r.Clock.Now())}
-	if err := r.reconcileRetired(ctx, s); err != nil {
-		return ctrl.Result{}, err
-	}
-
-	before := s.node.Status.DeepCopy()
-	observed := false
+	helper := patch.NewHelper(mn, r.Client)
+	// The status carries the resourceVersion read: the phase is derived
+	// from a binding the lease controller may have changed meanwhile, and
+	// the journal numbers its records. A conflict retries the pass from a
+	// fresh read.
+	helper.LockStatus()
+	before := mn.Status.DeepCopy()
 	defer func() {
-		if !observed {
+		if !s.observed {
 			return // conditions from half an observation would mislead
 		}
 		r.updateStatus(s)
@@ -233,7 +239,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		if retErr == nil {
 			s.node.Status.ObservedGeneration = s.node.Generation
 		}
-		wrote, err := r.writeStatus(ctx, s, before)
+		wrote, err := r.patchStatus(ctx, s, before, helper)
 		switch {
 		case apierrors.IsConflict(err):
 			res, retErr = ctrl.Result{RequeueAfter: conflict.RetryAfter}, nil
@@ -243,7 +249,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 			r.tell(ctx, s, before)
 		}
 	}()
+	return r.reconcileNormal(ctx, s)
+}
 
+// reconcileNormal runs the phases. Only the Node's taints, labels and
+// status, and the finalizers of a retired chassis' instances, are written
+// here; the MacNode's status is the deferred patch's.
+func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if err := r.reconcileRetired(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
 	orphanRes, err := r.observeOrphan(ctx, s)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -251,23 +266,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if err := r.assessCompliance(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
-	res = requeue.Lowest(res, orphanRes)
 	heartbeatRes, err := r.assessHeartbeat(ctx, s)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	res = requeue.Lowest(res, heartbeatRes)
-	observed = true
+	s.observed = true
 	r.reconcileQuarantine(s)
 	derivePhase(s)
-	return res, r.reconcileNode(ctx, s)
+	return requeue.Lowest(orphanRes, heartbeatRes), r.reconcileNode(ctx, s)
 }
 
-// writeStatus writes the pass's status, if it changed: a full update with
-// the resourceVersion read, so that it never clobbers a binding or a slot
-// the lease or placement controller wrote meanwhile (a conflict retries the
-// pass from a fresh read).
-func (r *Reconciler) writeStatus(ctx context.Context, s *scope, before *fleetv1alpha1.MacNodeStatus) (bool, error) {
+// patchStatus journals the pass's transitions and writes the status, if it
+// changed, through the patch helper: only what changed, so that it never
+// writes back a binding or a slot of the lease or placement controller.
+func (r *Reconciler) patchStatus(ctx context.Context, s *scope, before *fleetv1alpha1.MacNodeStatus, helper *patch.Helper) (bool, error) {
 	mn := s.node
 	if dropped := audit.JournalChassis(before, mn, s.now.Time); dropped > 0 && r.JournalDropped != nil {
 		r.JournalDropped(dropped)
@@ -275,11 +287,11 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope, before *fleetv1a
 	if equality.Semantic.DeepEqual(before, &mn.Status) {
 		return false, nil
 	}
-	if err := r.Client.Status().Update(ctx, mn); err != nil {
+	if err := helper.Patch(ctx, mn); err != nil {
 		if apierrors.IsConflict(err) {
 			return false, err
 		}
-		return false, fmt.Errorf("updating MacNode %s status: %w", mn.Name, err)
+		return false, fmt.Errorf("patching MacNode %s status: %w", mn.Name, err)
 	}
 	return true, nil
 }
