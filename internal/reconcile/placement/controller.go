@@ -140,7 +140,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 			return
 		}
 		r.updateStatus(s)
-		if err := r.patch(ctx, s, helper); err != nil {
+		if err := r.write(ctx, s, helper); err != nil {
 			if apierrors.IsConflict(err) {
 				res, retErr = ctrl.Result{RequeueAfter: conflict.RetryAfter}, nil
 				return
@@ -151,9 +151,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	return ctrl.Result{}, r.reconcileSlots(ctx, s)
 }
 
-// patch writes the pass: the MacNode's slots, then each instance whose
+// write writes the pass: the MacNode's slots, then each instance whose
 // placement or Placed condition changed.
-func (r *Reconciler) patch(ctx context.Context, s *scope, helper *patch.Helper) error {
+func (r *Reconciler) write(ctx context.Context, s *scope, helper *patch.Helper) error {
 	if err := helper.Patch(ctx, s.node); err != nil {
 		return fmt.Errorf("claiming slots on %s: %w", s.node.Name, err)
 	}
