@@ -83,3 +83,8 @@ func Stale(err error) bool {
 func Is(err error) bool {
 	return err != nil && apierrors.IsConflict(err) && !errors.Is(err, reconcile.TerminalError(nil))
 }
+
+// RetryAfter is how soon a reconciler that lost an optimistic-concurrency
+// race itself (a claim of a chassis or a slot, a status written with the
+// resourceVersion read) looks again, from a fresher read.
+const RetryAfter = 100 * time.Millisecond
