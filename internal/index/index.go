@@ -38,6 +38,16 @@ const (
 	FreeMacNodeByClass = "fleet.macrack.io/free-macnode-by-class"
 )
 
+// NodeClass is a MacNode's class, the key of MacNodeByClass: the lease
+// controller counts the chassis of a class by it (a Count).
+func NodeClass(o client.Object) []string {
+	n, ok := o.(*fleetv1alpha1.MacNode)
+	if !ok {
+		return nil
+	}
+	return nonEmpty(n.Spec.NodeClassName)
+}
+
 // VerifiedImageKey names a verified copy of a golden: its name and digest.
 func VerifiedImageKey(name, digest string) string { return name + "@" + digest }
 
@@ -95,9 +105,7 @@ func Definitions() []Definition {
 		{&computev1alpha1.MacOSInstance{}, InstanceByNode, func(o client.Object) []string {
 			return nonEmpty(o.(*computev1alpha1.MacOSInstance).Status.NodeName)
 		}},
-		{&fleetv1alpha1.MacNode{}, MacNodeByClass, func(o client.Object) []string {
-			return nonEmpty(o.(*fleetv1alpha1.MacNode).Spec.NodeClassName)
-		}},
+		{&fleetv1alpha1.MacNode{}, MacNodeByClass, NodeClass},
 		{&fleetv1alpha1.MacNode{}, MacNodeByLeaseUID, func(o client.Object) []string {
 			if b := o.(*fleetv1alpha1.MacNode).Status.Binding; b != nil {
 				return nonEmpty(string(b.LeaseUID))

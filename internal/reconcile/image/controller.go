@@ -14,7 +14,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
@@ -99,44 +98,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // controller's workers wait for its sync: a pass never counts half a
 // fleet.
 func (r *Reconciler) reportSource(informers cache.Informers, coalesce time.Duration) source.SyncingSource {
-	return &replicaSource{informers: informers, replicas: r.Replicas, coalesce: coalesce, started: make(chan struct{})}
+	return r.Replicas.Source(informers, &fleetv1alpha1.MacNode{}, "MacNode verified copies",
+		func(q workqueue.TypedRateLimitingInterface[reconcile.Request]) func(string) {
+			return enqueueImage(q, coalesce)
+		})
 }
-
-type replicaSource struct {
-	informers cache.Informers
-	replicas  *index.Count
-	coalesce  time.Duration
-	started   chan struct{} // closed once synced is set
-	synced    func() bool
-}
-
-func (s *replicaSource) Start(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-	inf, err := s.informers.GetInformer(ctx, &fleetv1alpha1.MacNode{})
-	if err != nil {
-		return fmt.Errorf("getting the MacNode informer: %w", err)
-	}
-	reg, err := inf.AddEventHandler(s.replicas.Handler(enqueueImage(q, s.coalesce)))
-	if err != nil {
-		return fmt.Errorf("counting the MacNodes' verified copies: %w", err)
-	}
-	s.synced = reg.HasSynced
-	close(s.started)
-	return nil
-}
-
-func (s *replicaSource) WaitForSync(ctx context.Context) error {
-	select {
-	case <-s.started:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if !toolscache.WaitForCacheSync(ctx.Done(), s.synced) {
-		return fmt.Errorf("waiting for the count of verified copies to sync: %w", ctx.Err())
-	}
-	return nil
-}
-
-func (s *replicaSource) String() string { return "MacNode verified copies" }
 
 // enqueueImage enqueues the image of a verified copy's key, coalesce later.
 // AddAfter keeps the earliest time of an image already waiting: a report in

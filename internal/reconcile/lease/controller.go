@@ -64,19 +64,33 @@ type Reconciler struct {
 	MaxConcurrentReconciles int
 	// JournalDropped counts audit records a full journal lost; may be nil.
 	JournalDropped func(n int)
+	// ClassSize counts the chassis of each class (NewClassSize), fed by
+	// the MacNode informer: a lease that finds none free says how many the
+	// class has by one lookup, not a list of the class. SetupWithManager
+	// makes and feeds one if nil.
+	ClassSize *index.Count
 
 	// claims are this reconciler's chassis claims its cache has not shown yet.
 	claims claims
 }
 
+// NewClassSize is the count of chassis by class that Reconciler's
+// ClassSize holds: a Count of MacNodes by index.NodeClass.
+func NewClassSize() *index.Count { return index.NewCount(index.NodeClass) }
+
 // SetupWithManager registers the controller and its watches.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.ClassSize == nil {
+		r.ClassSize = NewClassSize()
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&leasingv1alpha1.MacNodeLease{}).
 		Named("macnodelease").
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.MaxConcurrentReconciles)}).
 		Watches(&fleetv1alpha1.MacNode{}, handler.EnqueueRequestsFromMapFunc(r.leasesForMacNode)).
-		Watches(&computev1alpha1.MacOSInstance{}, r.instanceHandler())
+		Watches(&computev1alpha1.MacOSInstance{}, r.instanceHandler()).
+		// The MacNode watch above enqueues what a class' size concerns.
+		WatchesRawSource(r.ClassSize.Source(mgr.GetCache(), &fleetv1alpha1.MacNode{}, "MacNodes by class", nil))
 	if r.Ticks != nil {
 		b = b.WatchesRawSource(source.Channel(r.Ticks, handler.EnqueueRequestsFromMapFunc(r.ticked)))
 	}

@@ -178,6 +178,31 @@ func TestALeaseWithoutCapacityWaitsAndSaysWhy(t *testing.T) {
 	}
 }
 
+// The message counts the class, whether from ClassSize (the operator's,
+// one lookup) or from a list of the class (a reconciler without it): both
+// say 2, and neither counts the chassis of another class.
+func TestALeaseWithoutCapacityCountsItsClass(t *testing.T) {
+	for _, counted := range []bool{false, true} {
+		busy, also := readyNode("a", nil), readyNode("b", nil)
+		busy.Status.Phase, also.Status.Phase = fleetv1alpha1.MacNodeEnrolled, fleetv1alpha1.MacNodeEnrolled
+		other := readyNode("c", nil)
+		other.Spec.NodeClassName = "m2"
+		f := newFixture(t, class("m4"), busy, also, other, newLease("24h"))
+		if counted {
+			f.r.ClassSize = NewClassSize()
+			h := f.r.ClassSize.Handler(nil)
+			for _, n := range []*fleetv1alpha1.MacNode{busy, also, other} {
+				h.OnAdd(n, true)
+			}
+		}
+		f.reconcile(t)
+		c := findCondition(f.lease(t).Status.Conditions, leasingv1alpha1.ConditionBound)
+		if want := "no Ready chassis of class m4 is free (2 in the class)"; c == nil || c.Message != want {
+			t.Errorf("counted by ClassSize: %v: the condition %+v, want the message %q", counted, c, want)
+		}
+	}
+}
+
 func TestAnUnknownClassSaysSo(t *testing.T) {
 	f := newFixture(t, newLease("24h"))
 	f.reconcile(t)

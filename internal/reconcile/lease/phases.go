@@ -94,13 +94,12 @@ func (r *Reconciler) bind(ctx context.Context, s *scope) (ctrl.Result, error) {
 	}
 	candidates := freeNodes(free.Items)
 	if len(candidates) == 0 {
-		// Only the message counts the class: read, not copied.
-		nodes := &fleetv1alpha1.MacNodeList{}
-		if err := r.Client.List(ctx, nodes, client.MatchingFields{index.MacNodeByClass: class.Name}, client.UnsafeDisableDeepCopy); err != nil {
-			return ctrl.Result{}, fmt.Errorf("listing MacNodes of class %s: %w", class.Name, err)
+		n, err := r.classSize(ctx, class.Name)
+		if err != nil {
+			return ctrl.Result{}, err
 		}
 		s.pendingReason = leasingv1alpha1.ReasonNoCapacity
-		s.pendingMessage = fmt.Sprintf("no Ready chassis of class %s is free (%d in the class)", class.Name, len(nodes.Items))
+		s.pendingMessage = fmt.Sprintf("no Ready chassis of class %s is free (%d in the class)", class.Name, n)
 		return ctrl.Result{}, nil
 	}
 
@@ -337,4 +336,18 @@ func (r *Reconciler) release(ctx context.Context, s *scope) (ctrl.Result, error)
 	}
 	log.Info("Lease released", "MacNode", freed.Name)
 	return ctrl.Result{}, nil
+}
+
+// classSize is how many chassis class has, for the message of a lease that
+// finds none free: one lookup in ClassSize, or, for a reconciler built
+// without it (unit tests), a list of the class, read and not copied.
+func (r *Reconciler) classSize(ctx context.Context, class string) (int, error) {
+	if r.ClassSize != nil {
+		return r.ClassSize.Get(class), nil
+	}
+	nodes := &fleetv1alpha1.MacNodeList{}
+	if err := r.Client.List(ctx, nodes, client.MatchingFields{index.MacNodeByClass: class}, client.UnsafeDisableDeepCopy); err != nil {
+		return 0, fmt.Errorf("listing MacNodes of class %s: %w", class, err)
+	}
+	return len(nodes.Items), nil
 }

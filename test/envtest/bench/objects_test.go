@@ -116,6 +116,8 @@ type objFleet struct {
 	reader client.Client // the cache's reads, the API server's writes: the manager's client
 	// replicas is the image controller's count of verified copies.
 	replicas *index.Count
+	// classSize is the lease controller's count of chassis by class.
+	classSize *index.Count
 	// drop reads the cache and encodes, counts and drops every write.
 	drop   client.Client
 	writes atomic.Int64
@@ -219,14 +221,20 @@ func buildFleet(ctx context.Context, n int) (*objFleet, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !toolscache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
-		return nil, fmt.Errorf("the replica count did not sync")
+	// The lease controller's count of chassis by class, likewise.
+	classSize := lease.NewClassSize()
+	regClass, err := inf.AddEventHandler(classSize.Handler(nil))
+	if err != nil {
+		return nil, err
+	}
+	if !toolscache.WaitForCacheSync(ctx.Done(), reg.HasSynced, regClass.HasSynced) {
+		return nil, fmt.Errorf("the replica and class counts did not sync")
 	}
 	reader, err := client.NewWithWatch(objEnv.Config, client.Options{Scheme: objEnv.Scheme, Cache: &client.CacheOptions{Reader: c}})
 	if err != nil {
 		return nil, err
 	}
-	f := &objFleet{n: n, opNS: opNS, t0: time.Now().UTC().Truncate(time.Second), cache: c, reader: reader, replicas: replicas,
+	f := &objFleet{n: n, opNS: opNS, t0: time.Now().UTC().Truncate(time.Second), cache: c, reader: reader, replicas: replicas, classSize: classSize,
 		class: fmt.Sprintf("objf%d", n), golden: fmt.Sprintf("objf%d-golden", n), rare: fmt.Sprintf("objf%d-rare", n)}
 	f.drop = dropWrites(reader, &f.writes)
 	mid := n / 2
@@ -398,7 +406,7 @@ func (f *objFleet) createInstances(ctx context.Context, i int) error {
 // The reconcilers as the operator wires them (internal/operator), on c and
 // a fake clock at at.
 func (f *objFleet) leaseReconciler(c client.Client, at time.Time) *lease.Reconciler {
-	return &lease.Reconciler{Checker: objChecker(c, at), Recorder: &events.FakeRecorder{}}
+	return &lease.Reconciler{Checker: objChecker(c, at), Recorder: &events.FakeRecorder{}, ClassSize: f.classSize}
 }
 
 func (f *objFleet) nodeReconciler(c client.Client, at time.Time) *node.Reconciler {
