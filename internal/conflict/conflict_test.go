@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/boualleiguie/macrack-operator/internal/conflict"
+	"github.com/boualleiguie/macrack-operator/internal/finalizer"
 )
 
 // entry is one log call a recordingSink saw.
@@ -201,6 +202,13 @@ func TestAnUnwrappedConflictIsAReconcilerError(t *testing.T) {
 
 func TestIs(t *testing.T) {
 	c := apierrors.NewConflict(schema.GroupResource{Resource: "macnodes"}, "n", fmt.Errorf("modified"))
+	// A finalizer's JSON patch whose test failed: the API server's 422 for
+	// a patch that did not apply.
+	untested := apierrors.NewGenericServerResponse(422, "", schema.GroupResource{}, "", "testing value /metadata/finalizers failed", 0, false)
+	raced := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
+		Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error { return untested },
+	}).Build()
+	lost := finalizer.Add(context.Background(), raced, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c"}}, "macrack.io/audit")
 	for _, tc := range []struct {
 		name string
 		err  error
@@ -209,6 +217,8 @@ func TestIs(t *testing.T) {
 		{"a conflict is one", c, true},
 		{"a wrapped conflict is one", fmt.Errorf("adding the finalizer: %w", c), true},
 		{"a terminal conflict is not retried", reconcile.TerminalError(c), false},
+		{"a lost finalizer race is one", lost, true},
+		{"the 422 behind it, unread, is not one", untested, false},
 		{"a not-found is not one", apierrors.NewNotFound(schema.GroupResource{Resource: "macnodes"}, "n"), false},
 		{"no error is not one", nil, false},
 	} {

@@ -34,6 +34,7 @@ import (
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/audit"
 	"github.com/boualleiguie/macrack-operator/internal/conflict"
+	"github.com/boualleiguie/macrack-operator/internal/finalizer"
 )
 
 // +kubebuilder:rbac:groups=leasing.macrack.io,resources=macnodeleases,verbs=get;list;watch;patch
@@ -165,9 +166,9 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		}
 	}
 	if k.finalized && obj.GetDeletionTimestamp().IsZero() && !controllerutil.ContainsFinalizer(obj, fleetv1alpha1.AuditFinalizer) {
-		base := obj.DeepCopyObject().(client.Object)
-		controllerutil.AddFinalizer(obj, fleetv1alpha1.AuditFinalizer)
-		if err := e.Client.Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		// Tested on the finalizers alone: the object's other writers, its
+		// status's among them, do not refuse it.
+		if err := finalizer.Add(ctx, e.Client, obj, fleetv1alpha1.AuditFinalizer); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding the audit finalizer to %s %s: %w", k.name, req, err)
 		}
 	}
@@ -282,9 +283,7 @@ func (r *kindReconciler) finalize(ctx context.Context, obj client.Object) error 
 		r.e.Metrics.billed.add(l, r.e.Clock.Now())
 	}
 	r.setSent(obj.GetUID(), 0)
-	base := obj.DeepCopyObject().(client.Object)
-	controllerutil.RemoveFinalizer(obj, fleetv1alpha1.AuditFinalizer)
-	if err := r.e.Client.Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
+	if err := finalizer.Remove(ctx, r.e.Client, obj, fleetv1alpha1.AuditFinalizer); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("removing the audit finalizer of %s %s: %w", r.k.name, client.ObjectKeyFromObject(obj), err)
 	}
 	return nil
