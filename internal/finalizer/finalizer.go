@@ -11,7 +11,6 @@ package finalizer
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -20,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/boualleiguie/macrack-operator/internal/conflict"
 )
 
 // op is one JSON patch (RFC 6902) operation.
@@ -89,29 +90,11 @@ func Remove(ctx context.Context, c client.Writer, obj client.Object, name string
 
 func write(ctx context.Context, c client.Writer, obj client.Object, p []byte, opts []client.PatchOption) error {
 	err := c.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, p), opts...)
-	if Raced(err) {
+	if conflict.Untested(err) {
 		return apierrors.NewConflict(schema.GroupResource{Resource: kind(obj)}, obj.GetName(),
 			fmt.Errorf("the finalizers changed since they were read: %w", err))
 	}
 	return err
-}
-
-// failedPatch is the message the API server gives a JSON patch it could not
-// apply (a failed test among them): a 422 with no causes, which drops the
-// patch library's own words.
-const failedPatch = "the server rejected our request due to an error in our request"
-
-// Raced reports whether err is the API server's answer to a JSON patch
-// that did not apply: with the patches here, a test that failed because
-// another writer changed the finalizers. A refusal by validation or by an
-// admission policy is also a 422, but names its causes or its rule.
-func Raced(err error) bool {
-	var status apierrors.APIStatus
-	if !apierrors.IsInvalid(err) || !errors.As(err, &status) {
-		return false
-	}
-	s := status.Status()
-	return s.Message == failedPatch && (s.Details == nil || len(s.Details.Causes) == 0)
 }
 
 // kind names obj's kind for a Conflict's message: its GVK's, or its Go

@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -163,20 +162,5 @@ func TestRemove(t *testing.T) {
 				t.Errorf("stored finalizers %v, want %v", got, tc.want)
 			}
 		})
-	}
-}
-
-func TestRaced(t *testing.T) {
-	failed := apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "", schema.GroupResource{}, "", "testing value /metadata/finalizers failed: test failed", 0, false)
-	if !finalizer.Raced(failed) {
-		t.Errorf("a JSON patch that did not apply is a race: %v", failed)
-	}
-	// Positive controls: other 422s are refusals, not races.
-	invalid := apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "cm", field.ErrorList{field.Invalid(field.NewPath("metadata", "finalizers"), "x", "bad")})
-	denied := apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "cm", field.ErrorList{field.Forbidden(field.NewPath(""), "denied request: agent.scope: no")})
-	for _, err := range []error{invalid, denied, apierrors.NewConflict(schema.GroupResource{}, "cm", errors.New("stale")), nil} {
-		if finalizer.Raced(err) {
-			t.Errorf("not a race: %v", err)
-		}
 	}
 }

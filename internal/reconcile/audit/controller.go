@@ -19,6 +19,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -217,8 +218,20 @@ func (r *kindReconciler) observe(ctx context.Context, obj client.Object) error {
 		return nil
 	}
 	// The lock: a second pass on a stale read must not number another
-	// transition with a sequence number this one already used.
-	if err := r.e.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+	// transition with a sequence number this one already used. The
+	// journal's own sequence is the lock once it has one; its first write
+	// takes the resourceVersion.
+	p, err := journalPatch(*r.k.journal(base), *r.k.journal(obj))
+	if err != nil {
+		return err
+	}
+	if p == nil {
+		p = client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})
+	}
+	if err := r.e.Client.Status().Patch(ctx, obj, p); err != nil {
+		if conflict.Untested(err) {
+			err = apierrors.NewConflict(schema.GroupResource{Resource: r.k.name}, obj.GetName(), fmt.Errorf("the journal moved since it was read: %w", err))
+		}
 		return fmt.Errorf("journaling %s %s: %w", r.k.name, client.ObjectKeyFromObject(obj), err)
 	}
 	return nil

@@ -20,7 +20,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -37,9 +39,9 @@ import (
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/conditions"
 	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/index"
-	"github.com/boualleiguie/macrack-operator/internal/patch"
 )
 
 // The operator creates and deletes instances' Pods and writes their
@@ -156,17 +158,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if gone(inst) {
 		return ctrl.Result{}, r.deletePod(ctx, s, "the instance is deleted and its disk wiped")
 	}
-	helper := patch.NewHelper(inst, r.Client)
+	before := meta.FindStatusCondition(inst.Status.Conditions, computev1alpha1.ConditionPod)
+	if before != nil {
+		before = before.DeepCopy()
+	}
 	defer func() {
 		r.updateStatus(s)
-		// The conditions are a list others write items of: a patch on a
-		// stale read would drop theirs.
-		helper.LockStatus()
-		if err := helper.Patch(ctx, inst); err != nil {
-			if apierrors.IsConflict(err) {
-				res = ctrl.Result{RequeueAfter: conflictRetry}
-				return
-			}
+		// The Pod condition alone, by server-side apply: the instance's
+		// other writers (placement's Placed, the exporter's journal, the
+		// agent's runtime) own the rest of its status, and neither refuses
+		// this write nor loses theirs to it.
+		after := meta.FindStatusCondition(inst.Status.Conditions, computev1alpha1.ConditionPod)
+		if after == nil || (before != nil && equality.Semantic.DeepEqual(*before, *after)) {
+			return
+		}
+		if err := conditions.Apply(ctx, r.Client, inst, *after, FieldOwner); err != nil {
 			retErr = errors.Join(retErr, client.IgnoreNotFound(fmt.Errorf("patching MacOSInstance %s: %w", req, err)))
 		}
 	}()
