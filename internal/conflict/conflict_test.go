@@ -211,7 +211,7 @@ func TestIs(t *testing.T) {
 			return untested
 		},
 	}).Build()
-	lost := finalizer.Add(context.Background(), raced, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c"}}, "macrack.io/audit")
+	lost := finalizer.Remove(context.Background(), raced, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c", Finalizers: []string{"macrack.io/audit"}}}, "macrack.io/audit")
 	for _, tc := range []struct {
 		name string
 		err  error

@@ -6,6 +6,12 @@
 // extends, removing one tests the item at its index. Only a concurrent
 // finalizer write fails the test, and the loser sees a Conflict, as it
 // would have for a stale resourceVersion, and retries on a fresh read.
+//
+// Two writers adding the first finalizers of a new object still race: a
+// JSON patch cannot append to a list that is absent, so the first add
+// tests that there is none. A server-side apply would merge them
+// (finalizers are a set), but controller-runtime's fake client, which the
+// unit tests use, applies through the Go types and refuses it.
 package finalizer
 
 import (

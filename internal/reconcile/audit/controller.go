@@ -219,9 +219,10 @@ func (r *kindReconciler) observe(ctx context.Context, obj client.Object) error {
 	}
 	// The lock: a second pass on a stale read must not number another
 	// transition with a sequence number this one already used. The
-	// journal's own sequence is the lock once it has one; its first write
-	// takes the resourceVersion.
-	p, err := journalPatch(*r.k.journal(base), *r.k.journal(obj))
+	// journal's own sequence is the lock, rather than the object's
+	// resourceVersion, which every other writer moves; but a status that
+	// does not exist yet can only be locked by the latter.
+	p, err := journalPatch(*r.k.journal(base), *r.k.journal(obj), emptyStatus(base))
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -20,11 +21,21 @@ import (
 // any other field of the object, a condition or the agent's runtime, no
 // longer refuses it. The cursor, exportedSequence, is not sent.
 //
-// A journal not yet started (nextSequence 0) has no sequence to test:
-// nil, and the caller locks its first write on the resourceVersion.
-func journalPatch(before, after *fleetv1alpha1.AuditJournal) (client.Patch, error) {
-	if before == nil || before.NextSequence == 0 || after == nil {
+// A journal not yet started (nextSequence 0) is written whole, on
+// condition that there is none (a test of status.audit). On an object with
+// no status at all (emptyStatus), where a JSON patch has nothing to add
+// the journal below, it is nil: the caller locks that first write on the
+// resourceVersion.
+func journalPatch(before, after *fleetv1alpha1.AuditJournal, emptyStatus bool) (client.Patch, error) {
+	if after == nil || emptyStatus {
 		return nil, nil
+	}
+	if before == nil || before.NextSequence == 0 {
+		body, err := json.Marshal([]map[string]any{{"op": "test", "path": "/status/audit", "value": nil}, {"op": "add", "path": "/status/audit", "value": after}})
+		if err != nil {
+			return nil, fmt.Errorf("encoding the journal patch: %w", err)
+		}
+		return client.RawPatch(types.JSONPatchType, body), nil
 	}
 	was, err := fields(before)
 	if err != nil {
@@ -78,4 +89,15 @@ func fields(j *fleetv1alpha1.AuditJournal) (map[string]json.RawMessage, error) {
 		return nil, fmt.Errorf("decoding the journal: %w", err)
 	}
 	return out, nil
+}
+
+// emptyStatus reports whether obj, as read, has no status: a new object
+// whose status nobody wrote, which the API server stores without one.
+func emptyStatus(obj client.Object) bool {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return false
+	}
+	st, ok := u["status"].(map[string]any)
+	return !ok || len(st) == 0
 }

@@ -182,8 +182,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 func (r *Reconciler) reconcileLease(ctx context.Context, req ctrl.Request, lease *leasingv1alpha1.MacNodeLease) (res ctrl.Result, retErr error) {
 	if lease.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(lease, fleetv1alpha1.LeaseFinalizer) {
 		// A patch tested on the finalizers alone, not an update locked on
-		// the whole lease: the exporter's finalizer and the reservations'
-		// status writes land in the same moments.
+		// the whole lease: the reservations' status writes land in the
+		// same moments.
 		if err := finalizer.Add(ctx, r.Client, lease, fleetv1alpha1.LeaseFinalizer); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding finalizer to MacNodeLease %s: %w", req, err)
 		}

@@ -16,10 +16,12 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -38,6 +40,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/conditions"
 	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/index"
+	"github.com/boualleiguie/macrack-operator/internal/patch"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/intent"
 )
@@ -76,6 +79,11 @@ type Reconciler struct {
 	// MaxConcurrentReconciles bounds parallel reconciles, each of one
 	// chassis and its slots.
 	MaxConcurrentReconciles int
+
+	// placedOn holds, per instance UID, the chassis its placement was
+	// applied for, until the cache shows it: a pass on an older read would
+	// place it again.
+	placedOn sync.Map
 }
 
 // SetupWithManager registers the controller and its watches.
@@ -152,6 +160,7 @@ func (r *Reconciler) reconcileSlots(ctx context.Context, mn *fleetv1alpha1.MacNo
 	exists := map[types.UID]bool{}
 	for _, i := range placed {
 		exists[i.UID] = true
+		r.placedOn.Delete(i.UID) // the cache shows it placed
 	}
 	for _, i := range waiting {
 		exists[i.UID] = true
@@ -289,13 +298,20 @@ func (r *Reconciler) mayPlace(ctx context.Context, mn *fleetv1alpha1.MacNode, in
 
 // place sets status.nodeName and Placed=True on an instance holding a slot.
 func (r *Reconciler) place(ctx context.Context, mn *fleetv1alpha1.MacNode, inst *computev1alpha1.MacOSInstance) error {
-	before := inst.DeepCopy()
+	if on, ok := r.placedOn.Load(inst.UID); ok && on == mn.Name {
+		return nil // placed; the cache has not shown it yet
+	}
 	inst.Status.NodeName = mn.Name
 	conditions.Set(&inst.Status.Conditions, conditions.True(computev1alpha1.ConditionPlaced, computev1alpha1.ReasonPlaced,
 		fmt.Sprintf("a slot on chassis %s (%s) is this instance's", mn.Spec.Serial, mn.Name)), inst.Generation, metav1.NewTime(r.Clock.Now()))
-	if err := r.Client.Status().Patch(ctx, inst, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+	// Its own fields alone, applied: the instance's other writers (the
+	// exporter's journal and finalizer, in the same moments) do not refuse
+	// it, and the slot it names is already claimed on the chassis.
+	placed := map[string]any{"nodeName": mn.Name, "conditions": []metav1.Condition{*meta.FindStatusCondition(inst.Status.Conditions, computev1alpha1.ConditionPlaced)}}
+	if err := patch.ApplyStatus(ctx, r.Client, inst, FieldOwner, placed); err != nil {
 		return fmt.Errorf("placing %s/%s on %s: %w", inst.Namespace, inst.Name, mn.Name, err)
 	}
+	r.placedOn.Store(inst.UID, mn.Name)
 	r.Recorder.Eventf(inst, mn, corev1.EventTypeNormal, "Placed", "Place", "Placed on chassis %s (%s)", mn.Spec.Serial, mn.Name)
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,9 +40,9 @@ import (
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/conditions"
 	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/index"
+	"github.com/boualleiguie/macrack-operator/internal/patch"
 )
 
 // The operator creates and deletes instances' Pods and writes their
@@ -81,6 +82,11 @@ type Reconciler struct {
 	Recorder  events.EventRecorder
 	// MaxConcurrentReconciles bounds parallel reconciles.
 	MaxConcurrentReconciles int
+
+	// applied holds, per instance UID, the Pod condition last applied,
+	// until the cache shows it: a pass on a cache that has not seen the
+	// write would apply it again, with a later transition time.
+	applied sync.Map
 }
 
 // SetupWithManager registers the controller and its watches.
@@ -151,6 +157,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		// once (a grace period of 0 in the Pod's spec).
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if gone(inst) {
+		r.applied.Delete(inst.UID)
+	}
 	s := &scope{inst: inst, now: r.Clock.Now()}
 	if err := r.observe(ctx, s); err != nil {
 		return ctrl.Result{}, err
@@ -169,18 +178,32 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		// agent's runtime) own the rest of its status, and neither refuses
 		// this write nor loses theirs to it.
 		after := meta.FindStatusCondition(inst.Status.Conditions, computev1alpha1.ConditionPod)
+		if w, ok := r.applied.Load(inst.UID); ok && before != nil && sameCondition(*before, w.(metav1.Condition)) {
+			r.applied.Delete(inst.UID) // the cache caught up
+		}
 		if after == nil || (before != nil && equality.Semantic.DeepEqual(*before, *after)) {
 			return
 		}
-		if err := conditions.Apply(ctx, r.Client, inst, *after, FieldOwner); err != nil {
-			retErr = errors.Join(retErr, client.IgnoreNotFound(fmt.Errorf("patching MacOSInstance %s: %w", req, err)))
+		if w, ok := r.applied.Load(inst.UID); ok && sameCondition(*after, w.(metav1.Condition)) {
+			return // written; the cache has not shown it yet
 		}
+		if err := patch.ApplyStatus(ctx, r.Client, inst, FieldOwner, map[string]any{"conditions": []metav1.Condition{*after}}); err != nil {
+			retErr = errors.Join(retErr, client.IgnoreNotFound(fmt.Errorf("patching MacOSInstance %s: %w", req, err)))
+			return
+		}
+		r.applied.Store(inst.UID, *after)
 	}()
 	res, err := r.reconcilePod(ctx, s)
 	if apierrors.IsConflict(err) {
 		return ctrl.Result{RequeueAfter: conflictRetry}, nil
 	}
 	return res, err
+}
+
+// sameCondition: a and b say the same, at the same generation, whatever
+// their transition times.
+func sameCondition(a, b metav1.Condition) bool {
+	return a.Type == b.Type && a.Status == b.Status && a.Reason == b.Reason && a.Message == b.Message && a.ObservedGeneration == b.ObservedGeneration
 }
 
 // gone: a deleted instance whose agent has wiped it holds no VM; it may
