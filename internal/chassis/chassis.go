@@ -95,7 +95,10 @@ func Release(ctx context.Context, c client.Client, node *fleetv1alpha1.MacNode, 
 		}
 	}
 	freed := Freed(node, now)
-	if err := c.Status().Update(ctx, freed); err != nil {
+	// Only the binding and the history go, with the resourceVersion read: a
+	// whole status would also write back the agent's report as this
+	// operator's types encode it.
+	if err := c.Status().Patch(ctx, freed, client.MergeFromWithOptions(node, client.MergeFromWithOptimisticLock{})); err != nil {
 		return Outcome{}, fmt.Errorf("freeing MacNode %s: %w", node.Name, err)
 	}
 	return Outcome{Freed: freed}, nil

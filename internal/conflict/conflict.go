@@ -102,3 +102,8 @@ func Untested(err error) bool {
 	s := status.Status()
 	return s.Message == failedPatch && (s.Details == nil || len(s.Details.Causes) == 0)
 }
+
+// RetryAfter is how soon a reconciler that lost an optimistic-concurrency
+// race itself (a claim of a chassis or a slot, a status written with the
+// resourceVersion read) looks again, from a fresher read.
+const RetryAfter = 100 * time.Millisecond

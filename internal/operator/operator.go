@@ -35,6 +35,7 @@ import (
 	auditexport "github.com/boualleiguie/macrack-operator/internal/reconcile/audit"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/gitlabrunner"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/image"
+	"github.com/boualleiguie/macrack-operator/internal/reconcile/intent"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/lease"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/node"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/placement"
@@ -159,27 +160,27 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	// Each controller writes under its own field manager: the API server
 	// then names a status field's owner, and a second writer shows.
+	checker := func(fieldOwner string) intent.Checker {
+		return intent.Checker{Client: client.WithFieldOwner(c, fieldOwner), Engine: o.Engine, Clock: o.Clock,
+			Params: o.Params, Identity: identity, Denials: denials}
+	}
 	if err := (&lease.Reconciler{
-		Client: client.WithFieldOwner(c, lease.FieldOwner), Engine: o.Engine, Clock: o.Clock,
-		Recorder: mgr.GetEventRecorder("macrack-lease"), Params: o.Params, Identity: identity,
+		Checker: checker(lease.FieldOwner), Recorder: mgr.GetEventRecorder("macrack-lease"),
 		Ticks: o.LeaseTicks, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
-		Denials: denials, JournalDropped: auditMetrics.DropJournal,
+		JournalDropped: auditMetrics.DropJournal,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the lease controller: %w", err)
 	}
 	if err := (&node.Reconciler{
-		Client: client.WithFieldOwner(c, node.FieldOwner), Engine: o.Engine, Clock: o.Clock,
-		Recorder: mgr.GetEventRecorder("macrack-node"), Params: o.Params, Identity: identity,
+		Checker: checker(node.FieldOwner), Recorder: mgr.GetEventRecorder("macrack-node"),
 		Ticks: o.NodeTicks, HeartbeatGrace: o.HeartbeatGrace, APIReader: mgr.GetAPIReader(), Metrics: nodeMetrics,
-		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
-		Denials:                 denials, JournalDropped: auditMetrics.DropJournal,
+		MaxConcurrentReconciles: o.MaxConcurrentReconciles, JournalDropped: auditMetrics.DropJournal,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the node controller: %w", err)
 	}
 	if err := (&placement.Reconciler{
-		Client: client.WithFieldOwner(c, placement.FieldOwner), Engine: o.Engine, Clock: o.Clock,
-		Recorder: mgr.GetEventRecorder("macrack-placement"), Params: o.Params, Identity: identity,
-		Denials: denials, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+		Checker: checker(placement.FieldOwner), Recorder: mgr.GetEventRecorder("macrack-placement"),
+		MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the placement controller: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/conflict"
 )
 
 // staleCache reads MacNodes as an informer that has not yet seen the
@@ -60,7 +61,7 @@ func TestACacheBehindItsOwnClaimNeverBindsASecondChassis(t *testing.T) {
 
 	cache.stale = true
 	f.clock.Step(time.Second)
-	if res := f.reconcile(t); res.RequeueAfter != conflictRetry {
+	if res := f.reconcile(t); res.RequeueAfter != conflict.RetryAfter {
 		t.Fatalf("a reconcile behind its own claim must wait and requeue, got %+v", res)
 	}
 	if b := bindingOf(t, f.c, "b"); b != nil {

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -34,8 +33,8 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/finalizer"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/patch"
-	"github.com/boualleiguie/macrack-operator/internal/policy"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/intent"
+	"github.com/boualleiguie/macrack-operator/internal/reconcile/requeue"
 )
 
 // +kubebuilder:rbac:groups=leasing.macrack.io,resources=macnodeleases,verbs=get;list;watch;update;patch
@@ -53,14 +52,12 @@ const FieldOwner = "macrack-lease"
 
 // Reconciler reconciles MacNodeLeases.
 type Reconciler struct {
-	Client   client.Client
-	Engine   *policy.Engine
-	Clock    clock.PassiveClock
+	// Checker is the reconciler's client and clock, and what it needs to
+	// ask the policies about a status write before it makes it
+	// (Checker.StatusWrite): the engine, the params, the operator's
+	// identity, and the audit stream's denials.
+	intent.Checker
 	Recorder events.EventRecorder
-	// Params identify the operator to the policies.
-	Params policy.Params
-	// Identity is the operator's username, as the API server sees it.
-	Identity string
 	// Ticks, if set, enqueues leases from outside the cluster: tests step a
 	// fake clock and send the leases whose time has come.
 	Ticks <-chan event.GenericEvent
@@ -71,9 +68,6 @@ type Reconciler struct {
 
 	// claims are this reconciler's chassis claims its cache has not shown yet.
 	claims claims
-	// Denials takes the policies' refusals of this controller's writes,
-	// for the audit stream; may be nil.
-	Denials *audit.Denials
 }
 
 // SetupWithManager registers the controller and its watches.
@@ -175,7 +169,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return orphans, orphanErr
 	}
 	res, err := r.reconcileLease(ctx, req, lease)
-	return lowestRequeue(res, orphans), errors.Join(err, orphanErr)
+	return requeue.Lowest(res, orphans), errors.Join(err, orphanErr)
 }
 
 // reconcileLease is one pass over a lease that exists.
@@ -201,7 +195,7 @@ func (r *Reconciler) reconcileLease(ctx context.Context, req ctrl.Request, lease
 		// not caught up: wait for it, rather than bind a second chassis or
 		// let the lease go as never bound.
 		ctrl.LoggerFrom(ctx).V(1).Info("Waiting for the cache to show this lease's claim", "MacNode", node)
-		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		return ctrl.Result{RequeueAfter: conflict.RetryAfter}, nil
 	}
 	helper := patch.NewHelper(lease, r.Client)
 	before := lease.Status.DeepCopy()
@@ -281,9 +275,4 @@ func (r *Reconciler) boundNode(ctx context.Context, lease *leasingv1alpha1.MacNo
 		}
 	}
 	return nil, nil
-}
-
-// decide asks the policy about a status write the operator is about to make.
-func (r *Reconciler) decide(ctx context.Context, obj, old client.Object, inv map[string]any) (policy.Decision, error) {
-	return intent.Checker{Client: r.Client, Engine: r.Engine, Clock: r.Clock, Params: r.Params, Identity: r.Identity, Denials: r.Denials}.StatusWrite(ctx, obj, old, inv)
 }

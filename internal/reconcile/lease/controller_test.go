@@ -22,6 +22,7 @@ import (
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
+	"github.com/boualleiguie/macrack-operator/internal/reconcile/intent"
 	"github.com/boualleiguie/macrack-operator/policies"
 )
 
@@ -60,8 +61,9 @@ func newFixture(t *testing.T, objs ...client.Object) *fixture {
 	c := b.Build()
 	clk := clocktesting.NewFakeClock(t0)
 	return &fixture{c: c, clock: clk, r: &Reconciler{
-		Client: c, Engine: engine, Clock: clk, Recorder: events.NewFakeRecorder(100),
-		Params: policy.Params{AgentsNamespace: "macrack-agents", OperatorUsername: "operator"}, Identity: "operator",
+		Checker: intent.Checker{Client: c, Engine: engine, Clock: clk,
+			Params: policy.Params{AgentsNamespace: "macrack-agents", OperatorUsername: "operator"}, Identity: "operator"},
+		Recorder: events.NewFakeRecorder(100),
 	}}
 }
 

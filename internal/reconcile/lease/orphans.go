@@ -13,7 +13,9 @@ import (
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/chassis"
+	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/index"
+	"github.com/boualleiguie/macrack-operator/internal/reconcile/requeue"
 )
 
 // releaseOrphans releases the chassis whose binding names the lease key
@@ -37,7 +39,7 @@ func (r *Reconciler) releaseOrphans(ctx context.Context, key types.NamespacedNam
 			continue
 		}
 		orphanRes, err := r.releaseOrphan(ctx, n)
-		res = lowestRequeue(res, orphanRes)
+		res = requeue.Lowest(res, orphanRes)
 		errs = append(errs, err)
 	}
 	return res, errors.Join(errs...)
@@ -52,7 +54,7 @@ func (r *Reconciler) releaseOrphan(ctx context.Context, node *fleetv1alpha1.MacN
 		log.V(1).Info("Binding outlives its lease; the chassis stays held", "earliestReleaseAt", b.EarliestReleaseAt.UTC())
 		return ctrl.Result{RequeueAfter: b.EarliestReleaseAt.Sub(now)}, nil
 	}
-	d, err := r.decide(ctx, chassis.Freed(node, now), node, nil)
+	d, err := r.StatusWrite(ctx, chassis.Freed(node, now), node, nil)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -62,7 +64,7 @@ func (r *Reconciler) releaseOrphan(ctx context.Context, node *fleetv1alpha1.MacN
 	out, err := chassis.Release(ctx, r.Client, node, b.LeaseNamespace, b.LeaseName, now)
 	switch {
 	case apierrors.IsConflict(err):
-		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		return ctrl.Result{RequeueAfter: conflict.RetryAfter}, nil
 	case err != nil:
 		return ctrl.Result{}, err
 	case out.Freed == nil:
@@ -75,14 +77,4 @@ func (r *Reconciler) releaseOrphan(ctx context.Context, node *fleetv1alpha1.MacN
 		"Released chassis %s: its lease %s/%s is gone and earliestReleaseAt has passed", out.Freed.Spec.Serial, b.LeaseNamespace, b.LeaseName)
 	log.Info("Orphaned binding released")
 	return ctrl.Result{}, nil
-}
-
-func lowestRequeue(a, b ctrl.Result) ctrl.Result {
-	switch {
-	case a.RequeueAfter == 0:
-		return b
-	case b.RequeueAfter == 0 || a.RequeueAfter < b.RequeueAfter:
-		return a
-	}
-	return b
 }

@@ -20,12 +20,10 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/chassis"
+	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/inventory"
 )
-
-// conflictRetry is how soon a lost race for a chassis is retried.
-const conflictRetry = 100 * time.Millisecond
 
 // reconcileNormal binds an unbound lease, and extends a bound one whose
 // tenant lengthened it.
@@ -51,14 +49,14 @@ func (r *Reconciler) extend(ctx context.Context, s *scope) error {
 	}
 	extended := s.node.DeepCopy()
 	extended.Status.Binding.EarliestReleaseAt = want
-	d, err := r.decide(ctx, extended, s.node, nil)
+	d, err := r.StatusWrite(ctx, extended, s.node, nil)
 	if err != nil {
 		return err
 	}
 	if !d.Allowed() {
 		return fmt.Errorf("extending the binding of MacNode %s refused: %s", s.node.Name, d.Violations[0].Message)
 	}
-	if err := r.Client.Status().Update(ctx, extended); err != nil {
+	if err := r.Client.Status().Patch(ctx, extended, client.MergeFromWithOptions(s.node, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("extending the binding of MacNode %s: %w", s.node.Name, err)
 	}
 	s.node = extended
@@ -134,7 +132,7 @@ func (r *Reconciler) bind(ctx context.Context, s *scope) (ctrl.Result, error) {
 	// Every candidate was taken under us; the cache will show it shortly.
 	s.pendingReason = leasingv1alpha1.ReasonNoCapacity
 	s.pendingMessage = fmt.Sprintf("every free chassis of class %s was claimed concurrently", class.Name)
-	return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	return ctrl.Result{RequeueAfter: conflict.RetryAfter}, nil
 }
 
 // tryClaim asks the policies whether the lease may bind candidate, and
@@ -161,11 +159,11 @@ func (r *Reconciler) tryClaim(ctx context.Context, s *scope, candidate *fleetv1a
 	if err != nil {
 		return false, false, err
 	}
-	leaseDecision, err := r.decide(ctx, boundLease, lease, map[string]any{"macNode": claimedMap})
+	leaseDecision, err := r.StatusWrite(ctx, boundLease, lease, map[string]any{"macNode": claimedMap})
 	if err != nil {
 		return false, false, err
 	}
-	nodeDecision, err := r.decide(ctx, claimed, node, nil)
+	nodeDecision, err := r.StatusWrite(ctx, claimed, node, nil)
 	if err != nil {
 		return false, false, err
 	}
@@ -178,7 +176,9 @@ func (r *Reconciler) tryClaim(ctx context.Context, s *scope, candidate *fleetv1a
 		return false, !leaseDecision.Allowed(), nil
 	}
 
-	if err := r.Client.Status().Update(ctx, claimed); err != nil {
+	// The binding alone, with the resourceVersion read: of two leases
+	// racing for the chassis, the second write fails.
+	if err := r.Client.Status().Patch(ctx, claimed, client.MergeFromWithOptions(node, client.MergeFromWithOptimisticLock{})); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			log.V(1).Info("Lost the race for a chassis", "MacNode", node.Name)
 			return false, false, nil
@@ -295,7 +295,7 @@ func (r *Reconciler) release(ctx context.Context, s *scope) (ctrl.Result, error)
 		what     string
 		obj, old client.Object
 	}{{"releasing the lease", released, lease}, {"freeing the MacNode", freed, node}} {
-		d, err := r.decide(ctx, check.obj, check.old, nil)
+		d, err := r.StatusWrite(ctx, check.obj, check.old, nil)
 		if err != nil {
 			return ctrl.Result{}, err
 		}

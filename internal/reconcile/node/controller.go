@@ -13,19 +13,17 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
-	"errors"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -42,8 +40,10 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/nodeready"
-	"github.com/boualleiguie/macrack-operator/internal/policy"
+	"github.com/boualleiguie/macrack-operator/internal/patch"
+	"github.com/boualleiguie/macrack-operator/internal/phase"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/intent"
+	"github.com/boualleiguie/macrack-operator/internal/reconcile/requeue"
 )
 
 // +kubebuilder:rbac:groups=fleet.macrack.io,resources=macnodes,verbs=get;list;watch
@@ -62,13 +62,12 @@ const FieldOwner = "macrack-node"
 
 // Reconciler reconciles MacNodes and their Nodes.
 type Reconciler struct {
-	Client   client.Client
-	Engine   *policy.Engine
-	Clock    clock.PassiveClock
+	// Checker is the reconciler's client and clock, and what it needs to
+	// ask the policies about a status write before it makes it
+	// (Checker.StatusWrite): the engine, the params, the operator's
+	// identity, and the audit stream's denials.
+	intent.Checker
 	Recorder events.EventRecorder
-	Params   policy.Params
-	// Identity is the operator's username, as the API server sees it.
-	Identity string
 	// Ticks, if set, enqueues MacNodes from outside the cluster: tests step a
 	// fake clock and send the MacNodes whose time has come.
 	Ticks <-chan event.GenericEvent
@@ -87,14 +86,7 @@ type Reconciler struct {
 	Metrics *Metrics
 	// JournalDropped counts audit records a full journal lost; may be nil.
 	JournalDropped func(n int)
-	// Denials takes the policies' refusals of this controller's writes,
-	// for the audit stream; may be nil.
-	Denials *audit.Denials
 }
-
-// conflictRetry is how soon a status write that lost an optimistic
-// concurrency race is retried, from a fresher read.
-const conflictRetry = 100 * time.Millisecond
 
 // SetupWithManager registers the controller and its watches.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -202,6 +194,8 @@ type scope struct {
 	// events are written once the pass's status write has landed, so that a
 	// retried pass does not tell a step twice.
 	events []nodeEvent
+	// observed: the pass observed all it needs to set the conditions.
+	observed bool
 }
 
 // nodeEvent is one Event about the MacNode.
@@ -214,26 +208,29 @@ func (s *scope) tell(kind, reason, action, message string) {
 	s.events = append(s.events, nodeEvent{kind: kind, reason: reason, action: action, message: message})
 }
 
-// Reconcile reads like the chassis' state machine: the break-glass of a
-// retired chassis writes on its own, first; then one pass observes (an
-// orphaned binding, compliance, heartbeat), runs the quarantine loop,
-// derives the phase, keeps the Node, and sets the conditions and writes
-// the status once, at the end. The binding, an orphaned one's release
-// included, is the lease controller's.
+// Reconcile reads like the chassis' state machine, on the lease
+// controller's skeleton: one pass observes (the retired chassis' unwiped
+// disks, an orphaned binding, compliance, heartbeat), runs the quarantine
+// loop, derives the phase and keeps the Node; then one updateStatus sets
+// the conditions, and the patch helper writes the MacNode's status once,
+// at the end. The binding, an orphaned one's release included, is the
+// lease controller's; the slots are placement's. The node controller adds
+// no finalizer: nothing of its own outlives the MacNode.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	mn := &fleetv1alpha1.MacNode{}
 	if err := r.Client.Get(ctx, req.NamespacedName, mn); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	s := &scope{node: mn, now: metav1.NewTime(r.Clock.Now())}
-	if err := r.reconcileRetired(ctx, s); err != nil {
-		return ctrl.Result{}, err
-	}
-
-	before := s.node.Status.DeepCopy()
-	observed := false
+	helper := patch.NewHelper(mn, r.Client)
+	// The status carries the resourceVersion read: the phase is derived
+	// from a binding the lease controller may have changed meanwhile, and
+	// the journal numbers its records. A conflict retries the pass from a
+	// fresh read.
+	helper.LockStatus()
+	before := mn.Status.DeepCopy()
 	defer func() {
-		if !observed {
+		if !s.observed {
 			return // conditions from half an observation would mislead
 		}
 		r.updateStatus(s)
@@ -242,17 +239,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		if retErr == nil {
 			s.node.Status.ObservedGeneration = s.node.Generation
 		}
-		wrote, err := r.writeStatus(ctx, s, before)
+		wrote, err := r.patchStatus(ctx, s, before, helper)
 		switch {
 		case apierrors.IsConflict(err):
-			res, retErr = ctrl.Result{RequeueAfter: conflictRetry}, nil
+			res, retErr = ctrl.Result{RequeueAfter: conflict.RetryAfter}, nil
 		case err != nil:
 			retErr = errors.Join(retErr, err)
 		case wrote:
 			r.tell(ctx, s, before)
 		}
 	}()
+	return r.reconcileNormal(ctx, s)
+}
 
+// reconcileNormal runs the phases. Only the Node's taints, labels and
+// status, and the finalizers of a retired chassis' instances, are written
+// here; the MacNode's status is the deferred patch's.
+func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if err := r.reconcileRetired(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
 	orphanRes, err := r.observeOrphan(ctx, s)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -260,23 +266,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if err := r.assessCompliance(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
-	res = lowestRequeue(res, orphanRes)
 	heartbeatRes, err := r.assessHeartbeat(ctx, s)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	res = lowestRequeue(res, heartbeatRes)
-	observed = true
+	s.observed = true
 	r.reconcileQuarantine(s)
 	derivePhase(s)
-	return res, r.reconcileNode(ctx, s)
+	return requeue.Lowest(orphanRes, heartbeatRes), r.reconcileNode(ctx, s)
 }
 
-// writeStatus writes the pass's status, if it changed: a full update with
-// the resourceVersion read, so that it never clobbers a binding or a slot
-// the lease or placement controller wrote meanwhile (a conflict retries the
-// pass from a fresh read).
-func (r *Reconciler) writeStatus(ctx context.Context, s *scope, before *fleetv1alpha1.MacNodeStatus) (bool, error) {
+// patchStatus journals the pass's transitions and writes the status, if it
+// changed, through the patch helper: only what changed, so that it never
+// writes back a binding or a slot of the lease or placement controller.
+func (r *Reconciler) patchStatus(ctx context.Context, s *scope, before *fleetv1alpha1.MacNodeStatus, helper *patch.Helper) (bool, error) {
 	mn := s.node
 	if dropped := audit.JournalChassis(before, mn, s.now.Time); dropped > 0 && r.JournalDropped != nil {
 		r.JournalDropped(dropped)
@@ -284,11 +287,11 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope, before *fleetv1a
 	if equality.Semantic.DeepEqual(before, &mn.Status) {
 		return false, nil
 	}
-	if err := r.Client.Status().Update(ctx, mn); err != nil {
+	if err := helper.Patch(ctx, mn); err != nil {
 		if apierrors.IsConflict(err) {
 			return false, err
 		}
-		return false, fmt.Errorf("updating MacNode %s status: %w", mn.Name, err)
+		return false, fmt.Errorf("patching MacNode %s status: %w", mn.Name, err)
 	}
 	return true, nil
 }
@@ -300,9 +303,9 @@ func (r *Reconciler) tell(ctx context.Context, s *scope, before *fleetv1alpha1.M
 	// A claim is told on the lease (LeaseBound) and the Node (NodeTainted):
 	// a chassis entering Leased has no Event of its own, as when the claim
 	// wrote the phase.
-	if orPending(before.Phase) != mn.Status.Phase && mn.Status.Phase != fleetv1alpha1.MacNodeLeased {
+	if phase.OrPending(before.Phase) != mn.Status.Phase && mn.Status.Phase != fleetv1alpha1.MacNodeLeased {
 		r.Recorder.Eventf(mn, nil, corev1.EventTypeNormal, "Phase"+string(mn.Status.Phase), "Assess",
-			"MacNode %s moved from %s to %s", mn.Name, orPending(before.Phase), mn.Status.Phase)
+			"MacNode %s moved from %s to %s", mn.Name, phase.OrPending(before.Phase), mn.Status.Phase)
 	}
 	for _, e := range s.events {
 		r.Recorder.Eventf(mn, nil, e.kind, e.reason, e.action, "%s", e.message)
@@ -328,16 +331,4 @@ func (r *Reconciler) tellEvictions(ctx context.Context, mn *fleetv1alpha1.MacNod
 			"chassis %s no longer holds a verified copy of %s: its agent evicted or discarded it (its MacNode's Events say why)",
 			mn.Spec.Serial, rec.Attributes["digest"])
 	}
-}
-
-// decide asks the policy about a status write the operator is about to make.
-func (r *Reconciler) decide(ctx context.Context, to, from *fleetv1alpha1.MacNode) (policy.Decision, error) {
-	return intent.Checker{Client: r.Client, Engine: r.Engine, Clock: r.Clock, Params: r.Params, Identity: r.Identity, Denials: r.Denials}.StatusWrite(ctx, to, from, nil)
-}
-
-func orPending(p fleetv1alpha1.MacNodePhase) fleetv1alpha1.MacNodePhase {
-	if p == "" {
-		return fleetv1alpha1.MacNodePending
-	}
-	return p
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/audit"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
+	"github.com/boualleiguie/macrack-operator/internal/reconcile/intent"
 	"github.com/boualleiguie/macrack-operator/internal/taints"
 	"github.com/boualleiguie/macrack-operator/policies"
 )
@@ -47,8 +48,8 @@ func reconciler(t *testing.T, objs ...client.Object) (*Reconciler, client.Client
 		b = b.WithIndex(ix.Object, ix.Name, ix.Value)
 	}
 	c := b.Build()
-	return &Reconciler{Client: c, Engine: engine, Clock: clocktesting.NewFakeClock(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)),
-		Recorder: events.NewFakeRecorder(100), Params: policy.Params{AgentsNamespace: "macrack-agents"}, Identity: "operator"}, c
+	return &Reconciler{Checker: intent.Checker{Client: c, Engine: engine, Clock: clocktesting.NewFakeClock(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)),
+		Params: policy.Params{AgentsNamespace: "macrack-agents"}, Identity: "operator"}, Recorder: events.NewFakeRecorder(100)}, c
 }
 
 func class() *fleetv1alpha1.MacNodeClass {

@@ -82,9 +82,16 @@ func TestARecoveryObservesItsTimeInQuarantineOnceItsWriteLanded(t *testing.T) {
 	}
 
 	// The pass that recovers the chassis loses its status write.
+	conflict := apierrors.NewConflict(schema.GroupResource{Group: fleetv1alpha1.GroupVersion.Group, Resource: "macnodes"}, "c02a", nil)
 	l.r.Client = interceptor.NewClient(l.c.(client.WithWatch), interceptor.Funcs{
 		SubResourceUpdate: func(context.Context, client.Client, string, client.Object, ...client.SubResourceUpdateOption) error {
-			return apierrors.NewConflict(schema.GroupResource{Group: fleetv1alpha1.GroupVersion.Group, Resource: "macnodes"}, "c02a", nil)
+			return conflict
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+			if _, ok := obj.(*fleetv1alpha1.MacNode); ok {
+				return conflict
+			}
+			return c.SubResource(sub).Patch(ctx, obj, p, opts...)
 		}})
 	if mn := l.probed(fleetv1alpha1.ProbePassed); mn.Status.Quarantine.RecoveredAt != nil {
 		t.Fatal("control: the recovery was written despite the conflict")

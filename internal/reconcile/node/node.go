@@ -42,8 +42,8 @@ func (r *Reconciler) reconcileNode(ctx context.Context, s *scope) error {
 	updated.Spec.Taints, taintsChanged = taints.Apply(n.Spec.Taints, desired)
 	updated.Labels, labelsChanged = taints.Labels(n.Labels, taints.DesiredLabels(s.node.Spec.Serial, s.node.Spec.NodeClassName, tenant))
 	if taintsChanged || labelsChanged {
-		// Taints first: the Ready patch below changes the resourceVersion
-		// this optimistic lock was read at.
+		// Metadata first: the status patch below changes the
+		// resourceVersion this optimistic lock was read at.
 		if err := r.Client.Patch(ctx, updated, client.MergeFromWithOptions(n, client.MergeFromWithOptimisticLock{})); err != nil {
 			return fmt.Errorf("updating taints of Node %s: %w", n.Name, err)
 		}
@@ -57,57 +57,59 @@ func (r *Reconciler) reconcileNode(ctx context.Context, s *scope) error {
 		r.Recorder.Eventf(s.node, updated, corev1.EventTypeNormal, "NodeTainted", "Taint", "Node %s is now %s", n.Name, what)
 		n = updated
 	}
-	if err := r.publishAddress(ctx, n, s); err != nil {
-		return err
-	}
-	return r.keepNodeReady(ctx, n, s)
+	return r.patchNodeStatus(ctx, n, s)
 }
 
-// publishAddress makes the MacNode's spec.address the Node's only address,
-// an InternalIP: the API server sends exec and logs there. The agent may
-// not write the addresses (agent.scope), so that it cannot point the API
-// server, and the credentials it presents, at another host.
-func (r *Reconciler) publishAddress(ctx context.Context, n *corev1.Node, s *scope) error {
-	var want []corev1.NodeAddress
+// patchNodeStatus writes the Node's status once: its address, which the
+// MacNode's spec.address makes the only one, an InternalIP (the API
+// server sends exec and logs there; the agent may not write the addresses,
+// agent.scope, so that it cannot point the API server, and the
+// credentials it presents, at another host), and its Ready condition as
+// the heartbeat and the facts say, unless it already agrees
+// (nodeready.Agrees): True and False are the operator's,
+// kube-controller-manager's node lifecycle controller writes Unknown when
+// the heartbeat goes stale.
+//
+// Ready alone goes as a strategic merge patch of that one condition, so
+// that it never writes back a stale copy of the others. An address
+// replaces the list whole, so its write carries the resourceVersion read,
+// and the Ready condition, if it changed too, rides along in it.
+func (r *Reconciler) patchNodeStatus(ctx context.Context, n *corev1.Node, s *scope) error {
+	var addresses []corev1.NodeAddress
 	if a := s.node.Spec.Address; a != "" {
-		want = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: a}}
+		addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: a}}
 	}
-	if equality.Semantic.DeepEqual(want, n.Status.Addresses) || len(want) == 0 && len(n.Status.Addresses) == 0 {
-		return nil
-	}
-	updated := n.DeepCopy()
-	updated.Status.Addresses = want
-	// Optimistic: the list is replaced whole, over what was read.
-	if err := r.Client.Status().Patch(ctx, updated, client.MergeFromWithOptions(n, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("publishing the address of Node %s: %w", n.Name, err)
-	}
-	r.Recorder.Eventf(s.node, updated, corev1.EventTypeNormal, "NodeAddressPublished", "PublishAddress", "Node %s's address is now %q", n.Name, s.node.Spec.Address)
-	*n = *updated
-	return nil
-}
-
-// keepNodeReady writes the Node's Ready condition as the heartbeat and the
-// facts say, unless it already agrees (nodeready.Agrees): True and False
-// are the operator's, kube-controller-manager's node lifecycle controller
-// writes Unknown when the heartbeat goes stale. A strategic merge patch
-// sends the Ready condition alone, so that it never writes back a stale
-// copy of the others.
-func (r *Reconciler) keepNodeReady(ctx context.Context, n *corev1.Node, s *scope) error {
+	addressChanged := !equality.Semantic.DeepEqual(addresses, n.Status.Addresses) && (len(addresses) > 0 || len(n.Status.Addresses) > 0)
 	want := nodeready.Desired(nodeready.Observation{Heartbeat: s.heartbeat, Stale: s.agent == metav1.ConditionFalse,
 		Unreported: s.unreported, Message: s.agentMessage})
-	conds, changed := nodeready.Set(n.Status.Conditions, want, s.heartbeat, s.now.Time)
-	if !changed {
+	conds, readyChanged := nodeready.Set(n.Status.Conditions, want, s.heartbeat, s.now.Time)
+	if !addressChanged && !readyChanged {
 		return nil
 	}
 	updated := n.DeepCopy()
-	updated.Status.Conditions = conds
-	if err := r.Client.Status().Patch(ctx, updated, client.StrategicMergeFrom(n)); err != nil {
+	p := client.StrategicMergeFrom(n)
+	if addressChanged {
+		updated.Status.Addresses = addresses
+		p = client.MergeFromWithOptions(n, client.MergeFromWithOptimisticLock{})
+	}
+	if readyChanged {
+		updated.Status.Conditions = conds
+	}
+	if err := r.Client.Status().Patch(ctx, updated, p); err != nil {
+		if addressChanged {
+			return fmt.Errorf("publishing the address of Node %s: %w", n.Name, err)
+		}
 		return fmt.Errorf("setting the Ready condition of Node %s to %s: %w", n.Name, want.Status, err)
 	}
-	if want.Status == corev1.ConditionFalse && want.Reason == fleetv1alpha1.ReasonHeartbeatMissed {
-		r.Recorder.Eventf(s.node, updated, corev1.EventTypeWarning, fleetv1alpha1.ReasonHeartbeatMissed, "Heartbeat", "%s", s.agentMessage)
+	if addressChanged {
+		r.Recorder.Eventf(s.node, updated, corev1.EventTypeNormal, "NodeAddressPublished", "PublishAddress", "Node %s's address is now %q", n.Name, s.node.Spec.Address)
 	}
-	ctrl.LoggerFrom(ctx).Info("Node Ready condition set", "Node", n.Name, "status", want.Status, "reason", want.Reason)
+	if readyChanged {
+		if want.Status == corev1.ConditionFalse && want.Reason == fleetv1alpha1.ReasonHeartbeatMissed {
+			r.Recorder.Eventf(s.node, updated, corev1.EventTypeWarning, fleetv1alpha1.ReasonHeartbeatMissed, "Heartbeat", "%s", s.agentMessage)
+		}
+		ctrl.LoggerFrom(ctx).Info("Node Ready condition set", "Node", n.Name, "status", want.Status, "reason", want.Reason)
+	}
 	*n = *updated
 	return nil
 }

@@ -102,7 +102,7 @@ func (r *Reconciler) assessCompliance(ctx context.Context, s *scope) error {
 	from.Status.Phase = fleetv1alpha1.MacNodeEnrolled
 	to := mn.DeepCopy()
 	to.Status.Phase = fleetv1alpha1.MacNodeReady
-	d, err := r.decide(ctx, to, from)
+	d, err := r.StatusWrite(ctx, to, from, nil)
 	if err != nil {
 		return err
 	}
@@ -159,14 +159,4 @@ func (r *Reconciler) assessHeartbeat(ctx context.Context, s *scope) (ctrl.Result
 // now.
 func heartbeatStale(hb *coordinationv1.Lease, grace time.Duration, now time.Time) bool {
 	return hb.Spec.RenewTime != nil && grace > 0 && !now.Before(hb.Spec.RenewTime.Add(grace))
-}
-
-func lowestRequeue(a, b ctrl.Result) ctrl.Result {
-	switch {
-	case a.RequeueAfter == 0:
-		return b
-	case b.RequeueAfter == 0 || a.RequeueAfter < b.RequeueAfter:
-		return a
-	}
-	return b
 }

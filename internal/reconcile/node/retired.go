@@ -24,8 +24,10 @@ const maxUnwipedDisks = 64
 // chassis is dead, so its agent will never wipe the disks of the instances
 // being deleted on it, and their macrack.io/disk-wipe finalizers would hold
 // their namespace forever. The operator records each such disk in
-// status.unwipedDisks, in a write that lands first, and only then removes
-// the finalizer: no disk is let go unrecorded.
+// status.unwipedDisks, in the pass's status write, and removes the
+// finalizer only on a later pass, once the MacNode as read (so, as stored)
+// records the disk: no disk is let go unrecorded. The status write
+// enqueues that pass.
 func (r *Reconciler) reconcileRetired(ctx context.Context, s *scope) error {
 	if !s.node.Spec.Retired {
 		return nil
@@ -43,12 +45,19 @@ func (r *Reconciler) reconcileRetired(ctx context.Context, s *scope) error {
 	if len(stuck) == 0 {
 		return nil
 	}
+	stored := map[types.UID]bool{}
+	for _, d := range s.node.Status.UnwipedDisks {
+		stored[d.UID] = true
+	}
 	if err := r.recordUnwiped(ctx, s, stuck); err != nil {
 		return err
 	}
 	log := ctrl.LoggerFrom(ctx)
 	for i := range stuck {
 		inst := &stuck[i]
+		if !stored[inst.UID] {
+			continue // recorded by this pass's write; let go on the next
+		}
 		let := inst.DeepCopy()
 		controllerutil.RemoveFinalizer(let, fleetv1alpha1.DiskWipeFinalizer)
 		if err := r.Client.Patch(ctx, let, client.MergeFromWithOptions(inst, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
@@ -59,8 +68,8 @@ func (r *Reconciler) reconcileRetired(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// recordUnwiped adds the disks of stuck to status.unwipedDisks, unless
-// they are there already.
+// recordUnwiped adds the disks of stuck to status.unwipedDisks, in memory,
+// unless they are there already: the pass's status write carries them.
 func (r *Reconciler) recordUnwiped(ctx context.Context, s *scope, stuck []computev1alpha1.MacOSInstance) error {
 	recorded := map[types.UID]bool{}
 	for _, d := range s.node.Status.UnwipedDisks {
@@ -85,20 +94,17 @@ func (r *Reconciler) recordUnwiped(ctx context.Context, s *scope, stuck []comput
 		// Never drop a record to make room: the disks stay held instead.
 		return fmt.Errorf("retired chassis %s would record %d unwiped disks, above the %d its status holds", s.node.Name, n, maxUnwipedDisks)
 	}
-	d, err := r.decide(ctx, updated, s.node)
+	d, err := r.StatusWrite(ctx, updated, s.node, nil)
 	if err != nil {
 		return err
 	}
 	if !d.Allowed() {
 		return fmt.Errorf("recording unwiped disks on MacNode %s refused: %s", s.node.Name, d.Violations[0].Message)
 	}
-	if err := r.Client.Status().Update(ctx, updated); err != nil {
-		return fmt.Errorf("recording unwiped disks on MacNode %s: %w", s.node.Name, err)
-	}
-	s.node = updated
+	s.node.Status.UnwipedDisks = updated.Status.UnwipedDisks
 	for _, i := range added {
-		r.Recorder.Eventf(updated, nil, corev1.EventTypeWarning, fleetv1alpha1.ReasonDiskLeftUnwiped, "BreakGlass",
-			"Retired chassis %s: let instance %s/%s (%s) go without wiping its disk; destroy the SSD rather than reuse it", updated.Spec.Serial, i.Namespace, i.Name, i.UID)
+		s.tell(corev1.EventTypeWarning, fleetv1alpha1.ReasonDiskLeftUnwiped, "BreakGlass",
+			fmt.Sprintf("Retired chassis %s: let instance %s/%s (%s) go without wiping its disk; destroy the SSD rather than reuse it", s.node.Spec.Serial, i.Namespace, i.Name, i.UID))
 	}
 	return nil
 }

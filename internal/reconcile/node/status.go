@@ -9,6 +9,7 @@ import (
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/conditions"
+	"github.com/boualleiguie/macrack-operator/internal/phase"
 )
 
 // updateStatus sets every condition the controller owns, from the pass's
@@ -71,6 +72,6 @@ func (r *Reconciler) updateStatus(s *scope) {
 			"the chassis waits for its host agent to report "+strings.Join(s.unreported, ", ")), gen, s.now)
 	default:
 		conditions.Set(c, conditions.False(fleetv1alpha1.ConditionReady, fleetv1alpha1.ReasonAwaitingCompliance,
-			fmt.Sprintf("the chassis is %s", orPending(st.Phase))), gen, s.now)
+			fmt.Sprintf("the chassis is %s", phase.OrPending(st.Phase))), gen, s.now)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
+	"github.com/boualleiguie/macrack-operator/internal/reconcile/intent"
 	"github.com/boualleiguie/macrack-operator/policies"
 )
 
@@ -56,8 +57,8 @@ func setup(t *testing.T, vms int32, objs ...client.Object) (*Reconciler, client.
 		b = b.WithIndex(ix.Object, ix.Name, ix.Value)
 	}
 	c := b.Build()
-	return &Reconciler{Client: c, Engine: engine, Clock: clocktesting.NewFakeClock(t0), Recorder: events.NewFakeRecorder(100),
-		Params: policy.Params{AgentsNamespace: "macrack-agents"}, Identity: "operator"}, c
+	return &Reconciler{Checker: intent.Checker{Client: c, Engine: engine, Clock: clocktesting.NewFakeClock(t0),
+		Params: policy.Params{AgentsNamespace: "macrack-agents"}, Identity: "operator"}, Recorder: events.NewFakeRecorder(100)}, c
 }
 
 func instance(name string, created time.Duration) *computev1alpha1.MacOSInstance {
@@ -272,5 +273,48 @@ func TestAQuarantineTakesNoSlotAway(t *testing.T) {
 	reconcileNode(t, r)
 	if got := slotsOf(t, c); len(got) != 1 || got[0] != slotA {
 		t.Fatalf("the quarantine took a claimed slot away: %+v", got)
+	}
+}
+
+// One pass that claims two slots and refuses a third instance writes each
+// object once: the MacNode's slots, then each instance; a second pass,
+// with nothing new, writes nothing.
+func TestAPassWritesEachObjectOnce(t *testing.T) {
+	r, c := setup(t, 2, instance("first", time.Second), instance("second", 2*time.Second), instance("third", 3*time.Second))
+	writes := map[string]int{}
+	r.Client = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, cl client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			writes[obj.GetName()]++
+			return cl.SubResource(sub).Update(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+			writes[obj.GetName()]++
+			return cl.SubResource(sub).Patch(ctx, obj, p, opts...)
+		},
+		// A placement is applied.
+		SubResourceApply: func(ctx context.Context, cl client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+			writes[obj.(interface{ GetName() string }).GetName()]++
+			return cl.SubResource(sub).Apply(ctx, obj, opts...)
+		},
+	})
+	reconcileNode(t, r)
+	want := map[string]int{"c02a": 1, "first": 1, "second": 1, "third": 1}
+	if len(writes) != len(want) {
+		t.Fatalf("want one status write each of %v, got %v", want, writes)
+	}
+	for name, n := range want {
+		if writes[name] != n {
+			t.Fatalf("want one status write each of %v, got %v", want, writes)
+		}
+	}
+	// Positive control of the counting: the writes did land.
+	if get(t, c, "first").Status.NodeName != "c02a" || len(slotsOf(t, c)) != 2 {
+		t.Fatal("the pass's writes did not land")
+	}
+
+	clear(writes)
+	reconcileNode(t, r)
+	if len(writes) != 0 {
+		t.Fatalf("a steady pass wrote %v", writes)
 	}
 }

@@ -56,10 +56,6 @@ import (
 // +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances,verbs=get;list;watch
 // +kubebuilder:rbac:groups=compute.macrack.io,resources=macosinstances/status,verbs=get;update;patch
 
-// conflictRetry is how soon a write that lost an optimistic concurrency
-// race is tried again, from a fresher read.
-const conflictRetry = 100 * time.Millisecond
-
 // RefusedRetry is how soon a Pod that admission refused is tried again:
 // nothing the operator watches says when a quota or a namespace's
 // PodSecurity level changes.
@@ -195,7 +191,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	}()
 	res, err := r.reconcilePod(ctx, s)
 	if apierrors.IsConflict(err) {
-		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		return ctrl.Result{RequeueAfter: conflict.RetryAfter}, nil
 	}
 	return res, err
 }
@@ -293,7 +289,7 @@ func (r *Reconciler) nameHeld(ctx context.Context, s *scope) (ctrl.Result, error
 	p := &corev1.Pod{}
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s.inst), p); err != nil {
 		if apierrors.IsNotFound(err) {
-			return ctrl.Result{RequeueAfter: conflictRetry}, nil // gone in between
+			return ctrl.Result{RequeueAfter: conflict.RetryAfter}, nil // gone in between
 		}
 		return ctrl.Result{}, fmt.Errorf("reading Pod %s: %w", klog.KObj(s.inst), err)
 	}

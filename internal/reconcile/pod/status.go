@@ -16,6 +16,7 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/conditions"
+	"github.com/boualleiguie/macrack-operator/internal/phase"
 )
 
 // Reasons of the Pod's Ready condition when it is False.
@@ -85,17 +86,17 @@ func podStatus(p *corev1.Pod, inst *computev1alpha1.MacOSInstance, node *corev1.
 	if rt == nil {
 		rt = &computev1alpha1.RuntimeStatus{}
 	}
-	phase := podPhase(inst)
+	podPh := podPhase(inst)
 	readyStatus, reason, message := corev1.ConditionTrue, ReasonGuestReady, "the guest reports ready for work, and the chassis heartbeats"
 	switch {
 	case rt.Phase != computev1alpha1.VMRunning:
-		readyStatus, reason, message = corev1.ConditionFalse, ReasonVMNotRunning, "the VM is "+orPending(rt.Phase)
+		readyStatus, reason, message = corev1.ConditionFalse, ReasonVMNotRunning, "the VM is "+string(phase.OrPending(rt.Phase))
 	case !rt.ReadyForWork:
 		readyStatus, reason, message = corev1.ConditionFalse, ReasonGuestNotReady, "the guest does not report ready for work yet"
 	case !nodeReady(node):
 		readyStatus, reason, message = corev1.ConditionFalse, ReasonNodeNotReady, fmt.Sprintf("the chassis' Node %s is not Ready: its heartbeat is not current", inst.Status.NodeName)
 	}
-	out := corev1.PodStatus{Phase: phase, StartTime: p.Status.StartTime, QOSClass: p.Status.QOSClass}
+	out := corev1.PodStatus{Phase: podPh, StartTime: p.Status.StartTime, QOSClass: p.Status.QOSClass}
 	if out.StartTime == nil {
 		out.StartTime = &now
 	}
@@ -123,7 +124,7 @@ func podStatus(p *corev1.Pod, inst *computev1alpha1.MacOSInstance, node *corev1.
 		Name:    fleetv1alpha1.InstanceContainer,
 		Image:   fleetv1alpha1.InstancePodImage,
 		Ready:   readyStatus == corev1.ConditionTrue,
-		Started: ptr.To(phase == corev1.PodRunning),
+		Started: ptr.To(podPh == corev1.PodRunning),
 		State:   containerState(rt, old, now),
 	}}
 	return out
@@ -179,7 +180,7 @@ func containerState(rt *computev1alpha1.RuntimeStatus, old *corev1.ContainerStat
 		}
 		return corev1.ContainerState{Terminated: t}
 	}
-	return corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: orPending(rt.Phase), Message: truncate(rt.Message, 512)}}
+	return corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: string(phase.OrPending(rt.Phase)), Message: truncate(rt.Message, 512)}}
 }
 
 func terminal(p corev1.PodPhase) bool { return p == corev1.PodSucceeded || p == corev1.PodFailed }
@@ -206,13 +207,6 @@ func nodeReady(n *corev1.Node) bool {
 		}
 	}
 	return false
-}
-
-func orPending(p computev1alpha1.VMPhase) string {
-	if p == "" {
-		return string(computev1alpha1.VMPending)
-	}
-	return string(p)
 }
 
 func truncate(s string, n int) string {

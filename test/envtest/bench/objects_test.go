@@ -56,6 +56,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/inventory"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/image"
+	"github.com/boualleiguie/macrack-operator/internal/reconcile/intent"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/lease"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/node"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/placement"
@@ -397,18 +398,21 @@ func (f *objFleet) createInstances(ctx context.Context, i int) error {
 // The reconcilers as the operator wires them (internal/operator), on c and
 // a fake clock at at.
 func (f *objFleet) leaseReconciler(c client.Client, at time.Time) *lease.Reconciler {
-	return &lease.Reconciler{Client: c, Engine: objEngine, Clock: clocktesting.NewFakePassiveClock(at),
-		Recorder: &events.FakeRecorder{}, Params: objParams, Identity: harness.OperatorUser}
+	return &lease.Reconciler{Checker: objChecker(c, at), Recorder: &events.FakeRecorder{}}
 }
 
 func (f *objFleet) nodeReconciler(c client.Client, at time.Time) *node.Reconciler {
-	return &node.Reconciler{Client: c, Engine: objEngine, Clock: clocktesting.NewFakePassiveClock(at),
-		Recorder: &events.FakeRecorder{}, Params: objParams, Identity: harness.OperatorUser, HeartbeatGrace: objHeartbeatGrace}
+	return &node.Reconciler{Checker: objChecker(c, at), Recorder: &events.FakeRecorder{}, HeartbeatGrace: objHeartbeatGrace}
 }
 
 func (f *objFleet) placementReconciler(c client.Client, at time.Time) *placement.Reconciler {
-	return &placement.Reconciler{Client: c, Engine: objEngine, Clock: clocktesting.NewFakePassiveClock(at),
-		Recorder: &events.FakeRecorder{}, Params: objParams, Identity: harness.OperatorUser}
+	return &placement.Reconciler{Checker: objChecker(c, at), Recorder: &events.FakeRecorder{}}
+}
+
+// objChecker is a reconciler's client and clock, and its way to the
+// policies, as the operator wires them.
+func objChecker(c client.Client, at time.Time) intent.Checker {
+	return intent.Checker{Client: c, Engine: objEngine, Clock: clocktesting.NewFakePassiveClock(at), Params: objParams, Identity: harness.OperatorUser}
 }
 
 func (f *objFleet) imageReconciler(c client.Client, at time.Time) *image.Reconciler {

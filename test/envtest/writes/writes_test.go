@@ -280,12 +280,13 @@ var _ = Describe("One lease's whole life, on a quiet cluster", Ordered, func() {
 			// Released's, the audit finalizer's removal says they are out.
 			"cursor macnodeleases.leasing.macrack.io/status PATCH": 2,
 			// The chassis' status, by three controllers, each writing its own
-			// fields: the claim (binding) and the release (binding cleared
+			// fields, and only what it changed, with the resourceVersion
+			// read: the claim (binding) and the release (binding cleared
 			// into history) by the lease controller; the slot claimed and
 			// freed by placement; the node controller's phase, conditions
 			// and journal after bind (Leased: leased, bound) and after
 			// release (Ready: ready, unbound).
-			"operator macnodes.fleet.macrack.io/status PUT": 6,
+			"operator macnodes.fleet.macrack.io/status PATCH": 6,
 			// The exporter's cursor after the two chassis journal writes.
 			"cursor macnodes.fleet.macrack.io/status PATCH": 2,
 			"operator nodes PATCH":                          2, // leased: the tenant label and taint; released: the unleased taint
