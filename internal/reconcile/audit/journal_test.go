@@ -111,3 +111,39 @@ func TestTheJournalIsLockedOnItsSequenceAlone(t *testing.T) {
 		t.Errorf("journal %+v after the refused write, want it unchanged", got.Status.Audit)
 	}
 }
+
+// The journal's first write, on an instance whose status another writer
+// started, tests that there is no journal yet rather than the
+// resourceVersion: a later write of another field does not refuse it, and
+// a journal written meanwhile does.
+func TestTheJournalsFirstWriteTestsThatThereIsNone(t *testing.T) {
+	ctx := context.Background()
+	inst := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "t", Name: "vm", UID: "i-1"}}
+	r, c := instanceExporter(t, inst)
+	placed := getInstance(t, c)
+	conditions.Set(&placed.Status.Conditions, conditions.False(computev1alpha1.ConditionPlaced, computev1alpha1.ReasonCapacityExceeded, "waits"), 1, metav1.Now())
+	if err := c.Status().Update(ctx, placed); err != nil {
+		t.Fatal(err)
+	}
+	read := getInstance(t, c)
+	// Another writer's field, after the exporter read the instance.
+	later := read.DeepCopy()
+	later.Status.Conditions[0].Message = "still waits"
+	if err := c.Status().Update(ctx, later); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.observe(ctx, read.DeepCopy()); err != nil {
+		t.Fatalf("journaling created over another writer's later write: %v", err)
+	}
+	got := getInstance(t, c)
+	if got.Status.Audit == nil || got.Status.Audit.NextSequence != 2 || got.Status.Conditions[0].Message != "still waits" {
+		t.Fatalf("status %+v, want the journal started and the other writer's message kept", got.Status)
+	}
+	// Positive control: the same read again would number "created" twice.
+	if err := r.observe(ctx, read.DeepCopy()); !apierrors.IsConflict(err) {
+		t.Fatalf("a second first write: %v, want a Conflict", err)
+	}
+	if got := getInstance(t, c); got.Status.Audit.NextSequence != 2 || len(got.Status.Audit.Records) != 1 {
+		t.Errorf("journal %+v after the refused write, want it unchanged", got.Status.Audit)
+	}
+}
