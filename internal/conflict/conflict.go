@@ -84,6 +84,25 @@ func Is(err error) bool {
 	return err != nil && apierrors.IsConflict(err) && !errors.Is(err, reconcile.TerminalError(nil))
 }
 
+// failedPatch is the message the API server gives a JSON patch it could not
+// apply, a failed test among them: a 422 with no causes, which drops the
+// patch library's own words (k8s.io/apiserver, handlers/patch.go).
+const failedPatch = "the server rejected our request due to an error in our request"
+
+// Untested reports whether err is the API server's answer to a JSON patch
+// that did not apply. A writer that locks a list or a sequence by a test
+// operation (internal/finalizer, the audit journal) reads it as lost
+// race, and answers with a Conflict. A refusal by validation or by an
+// admission policy is also a 422, but names its causes or its rule.
+func Untested(err error) bool {
+	var status apierrors.APIStatus
+	if !apierrors.IsInvalid(err) || !errors.As(err, &status) {
+		return false
+	}
+	s := status.Status()
+	return s.Message == failedPatch && (s.Details == nil || len(s.Details.Causes) == 0)
+}
+
 // RetryAfter is how soon a reconciler that lost an optimistic-concurrency
 // race itself (a claim of a chassis or a slot, a status written with the
 // resourceVersion read) looks again, from a fresher read.

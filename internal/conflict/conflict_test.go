@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -27,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/boualleiguie/macrack-operator/internal/conflict"
+	"github.com/boualleiguie/macrack-operator/internal/finalizer"
 )
 
 // entry is one log call a recordingSink saw.
@@ -201,6 +203,15 @@ func TestAnUnwrappedConflictIsAReconcilerError(t *testing.T) {
 
 func TestIs(t *testing.T) {
 	c := apierrors.NewConflict(schema.GroupResource{Resource: "macnodes"}, "n", fmt.Errorf("modified"))
+	// A finalizer's JSON patch whose test failed: the API server's 422 for
+	// a patch that did not apply.
+	untested := apierrors.NewGenericServerResponse(422, "", schema.GroupResource{}, "", "testing value /metadata/finalizers failed", 0, false)
+	raced := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
+		Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+			return untested
+		},
+	}).Build()
+	lost := finalizer.Remove(context.Background(), raced, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c", Finalizers: []string{"macrack.io/audit"}}}, "macrack.io/audit")
 	for _, tc := range []struct {
 		name string
 		err  error
@@ -209,6 +220,8 @@ func TestIs(t *testing.T) {
 		{"a conflict is one", c, true},
 		{"a wrapped conflict is one", fmt.Errorf("adding the finalizer: %w", c), true},
 		{"a terminal conflict is not retried", reconcile.TerminalError(c), false},
+		{"a lost finalizer race is one", lost, true},
+		{"the 422 behind it, unread, is not one", untested, false},
 		{"a not-found is not one", apierrors.NewNotFound(schema.GroupResource{Resource: "macnodes"}, "n"), false},
 		{"no error is not one", nil, false},
 	} {
@@ -273,5 +286,20 @@ func TestANotFoundThatPersistsIsAnError(t *testing.T) {
 	term := reconcile.TerminalError(gone)
 	if _, err := conflict.Quiet(&scripted{errs: []error{term}}).Reconcile(context.Background(), reconcile.Request{}); err == nil {
 		t.Error("a terminal NotFound was swallowed")
+	}
+}
+
+func TestUntested(t *testing.T) {
+	failed := apierrors.NewGenericServerResponse(422, "", schema.GroupResource{}, "", "testing value /metadata/finalizers failed: test failed", 0, false)
+	if !conflict.Untested(failed) {
+		t.Errorf("a JSON patch that did not apply is a race: %v", failed)
+	}
+	// Positive controls: other 422s are refusals, not races.
+	invalid := apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "cm", field.ErrorList{field.Invalid(field.NewPath("metadata", "finalizers"), "x", "bad")})
+	denied := apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "cm", field.ErrorList{field.Forbidden(field.NewPath(""), "denied request: agent.scope: no")})
+	for _, err := range []error{invalid, denied, apierrors.NewConflict(schema.GroupResource{}, "cm", fmt.Errorf("stale")), nil} {
+		if conflict.Untested(err) {
+			t.Errorf("not a race: %v", err)
+		}
 	}
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/agent/vmspec"
 	"github.com/boualleiguie/macrack-operator/internal/cachewait"
 	"github.com/boualleiguie/macrack-operator/internal/conflict"
+	"github.com/boualleiguie/macrack-operator/internal/finalizer"
 	"github.com/boualleiguie/macrack-operator/internal/guest"
 	"github.com/boualleiguie/macrack-operator/internal/sealing"
 )
@@ -271,9 +272,10 @@ func (r *Instances) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	if !controllerutil.ContainsFinalizer(inst, fleetv1alpha1.DiskWipeFinalizer) {
 		// A patch of the finalizers alone: the tenant's spec is never sent
 		// back, so never rewritten (8192Mi stays 8192Mi, which agent.scope
-		// would refuse as a spec change if it came back as 8Gi).
-		finalizers := append(slices.Clone(inst.Finalizers), fleetv1alpha1.DiskWipeFinalizer)
-		if err := r.patchFinalizers(ctx, inst, finalizers); err != nil {
+		// would refuse as a spec change if it came back as 8Gi). It tests
+		// the finalizers only, so the instance's status writes do not
+		// refuse it.
+		if err := finalizer.Add(ctx, r.Client, inst, fleetv1alpha1.DiskWipeFinalizer); err != nil {
 			return ctrl.Result{}, r.refused(ctx, log, inst, computev1alpha1.VMFailed,
 				"adding the "+fleetv1alpha1.DiskWipeFinalizer+" finalizer", err)
 		}
@@ -515,8 +517,7 @@ func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *compute
 	if err := r.Report.Flush(ctx); err != nil {
 		return fmt.Errorf("reporting the wipe of %s on MacNode %s: %w", uid, r.NodeName, err)
 	}
-	finalizers := slices.DeleteFunc(slices.Clone(inst.Finalizers), func(f string) bool { return f == fleetv1alpha1.DiskWipeFinalizer })
-	if err := r.patchFinalizers(ctx, inst, finalizers); err != nil {
+	if err := finalizer.Remove(ctx, r.Client, inst, fleetv1alpha1.DiskWipeFinalizer); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -791,27 +792,6 @@ func (r *Instances) writeQuota(ctx context.Context, q *fleetv1alpha1.QuotaReport
 		return fmt.Errorf("reporting the quota state %s: %w", q.State, err)
 	}
 	return nil
-}
-
-// finalizersPatch is a JSON merge patch of metadata.finalizers and nothing
-// else, locked on resourceVersion: the server answers 409 if the instance
-// changed since it was read, rather than the agent overwriting another
-// writer's finalizers. It never carries the spec, so never rewrites it.
-func finalizersPatch(resourceVersion string, finalizers []string) ([]byte, error) {
-	if finalizers == nil {
-		finalizers = []string{}
-	}
-	return json.Marshal(map[string]any{"metadata": map[string]any{
-		"finalizers": finalizers, "resourceVersion": resourceVersion}})
-}
-
-// patchFinalizers sets the instance's finalizers to finalizers.
-func (r *Instances) patchFinalizers(ctx context.Context, inst *computev1alpha1.MacOSInstance, finalizers []string) error {
-	patch, err := finalizersPatch(inst.ResourceVersion, finalizers)
-	if err != nil {
-		return err
-	}
-	return r.Client.Patch(ctx, inst, client.RawPatch(types.MergePatchType, patch))
 }
 
 // policyRule finds the rule an admission refusal names: each policy's

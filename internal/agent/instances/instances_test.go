@@ -339,17 +339,23 @@ func TestTheAgentWritesAnInstanceOnlyWithFinalizerPatches(t *testing.T) {
 			t.Errorf("the agent sent an instance %s, not a patch", w.verb)
 			continue
 		}
-		if w.patchType != types.MergePatchType {
-			t.Errorf("patch of type %s, want a JSON merge patch", w.patchType)
+		// A JSON patch that tests and changes the finalizers alone: no
+		// resourceVersion lock for the instance's status writes to break.
+		if w.patchType != types.JSONPatchType {
+			t.Errorf("patch of type %s, want a JSON patch", w.patchType)
 		}
-		if got := keys(t, w.body); len(got) != 1 || got[0] != "metadata" {
-			t.Errorf("patch %s holds %v, want metadata alone", w.body, got)
+		var ops []struct{ Op, Path string }
+		if err := json.Unmarshal(w.body, &ops); err != nil {
+			t.Errorf("patch %s: %v", w.body, err)
 			continue
 		}
-		var top map[string]json.RawMessage
-		_ = json.Unmarshal(w.body, &top)
-		if got := keys(t, top["metadata"]); len(got) != 2 || got[0] != "finalizers" || got[1] != "resourceVersion" {
-			t.Errorf("patch %s holds metadata %v, want finalizers and resourceVersion alone", w.body, got)
+		for _, o := range ops {
+			if !strings.HasPrefix(o.Path, "/metadata/finalizers") {
+				t.Errorf("patch %s %s %s, want the finalizers alone", w.body, o.Op, o.Path)
+			}
+		}
+		if len(ops) != 2 || ops[0].Op != "test" {
+			t.Errorf("patch %s, want a test then a change", w.body)
 		}
 		finalizerPatches++
 	}
@@ -448,26 +454,6 @@ func TestNoQuotaStateIsReportedWhenTheHelpersCannotBeListed(t *testing.T) {
 	}
 	if q := rg.quota(); q != nil {
 		t.Errorf("quota %+v reported, though the agent could not count its VMs", q)
-	}
-}
-
-func TestTheFinalizerPatchHoldsTheFinalizersAndTheResourceVersionAlone(t *testing.T) {
-	for _, tc := range []struct {
-		finalizers []string
-		want       string
-	}{
-		{[]string{"example.com/other", fleetv1alpha1.DiskWipeFinalizer},
-			`{"metadata":{"finalizers":["example.com/other","macrack.io/disk-wipe"],"resourceVersion":"42"}}`},
-		// The last finalizer off: an empty list, said outright.
-		{nil, `{"metadata":{"finalizers":[],"resourceVersion":"42"}}`},
-	} {
-		got, err := finalizersPatch("42", tc.finalizers)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(got) != tc.want {
-			t.Errorf("patch %s, want %s", got, tc.want)
-		}
 	}
 }
 
@@ -643,7 +629,7 @@ func TestTheWipeIsRecordedBeforeTheFinalizerComesOff(t *testing.T) {
 		case w.kind != "MacOSInstance":
 		case w.subresource == "status" && strings.Contains(string(w.body), `"wipedAt"`) && recorded < 0:
 			recorded = i
-		case w.subresource == "" && strings.Contains(string(w.body), `"finalizers"`) && !strings.Contains(string(w.body), fleetv1alpha1.DiskWipeFinalizer):
+		case w.subresource == "" && strings.Contains(string(w.body), `"op":"remove","path":"/metadata/finalizers/`):
 			released = i
 		}
 	}

@@ -19,6 +19,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -34,6 +35,7 @@ import (
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/audit"
 	"github.com/boualleiguie/macrack-operator/internal/conflict"
+	"github.com/boualleiguie/macrack-operator/internal/finalizer"
 )
 
 // +kubebuilder:rbac:groups=leasing.macrack.io,resources=macnodeleases,verbs=get;list;watch;patch
@@ -165,9 +167,9 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		}
 	}
 	if k.finalized && obj.GetDeletionTimestamp().IsZero() && !controllerutil.ContainsFinalizer(obj, fleetv1alpha1.AuditFinalizer) {
-		base := obj.DeepCopyObject().(client.Object)
-		controllerutil.AddFinalizer(obj, fleetv1alpha1.AuditFinalizer)
-		if err := e.Client.Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		// Tested on the finalizers alone: the object's other writers, its
+		// status's among them, do not refuse it.
+		if err := finalizer.Add(ctx, e.Client, obj, fleetv1alpha1.AuditFinalizer); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding the audit finalizer to %s %s: %w", k.name, req, err)
 		}
 	}
@@ -216,8 +218,21 @@ func (r *kindReconciler) observe(ctx context.Context, obj client.Object) error {
 		return nil
 	}
 	// The lock: a second pass on a stale read must not number another
-	// transition with a sequence number this one already used.
-	if err := r.e.Client.Status().Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+	// transition with a sequence number this one already used. The
+	// journal's own sequence is the lock, rather than the object's
+	// resourceVersion, which every other writer moves; but a status that
+	// does not exist yet can only be locked by the latter.
+	p, err := journalPatch(*r.k.journal(base), *r.k.journal(obj), emptyStatus(base))
+	if err != nil {
+		return err
+	}
+	if p == nil {
+		p = client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})
+	}
+	if err := r.e.Client.Status().Patch(ctx, obj, p); err != nil {
+		if conflict.Untested(err) {
+			err = apierrors.NewConflict(schema.GroupResource{Resource: r.k.name}, obj.GetName(), fmt.Errorf("the journal moved since it was read: %w", err))
+		}
 		return fmt.Errorf("journaling %s %s: %w", r.k.name, client.ObjectKeyFromObject(obj), err)
 	}
 	return nil
@@ -282,9 +297,7 @@ func (r *kindReconciler) finalize(ctx context.Context, obj client.Object) error 
 		r.e.Metrics.billed.add(l, r.e.Clock.Now())
 	}
 	r.setSent(obj.GetUID(), 0)
-	base := obj.DeepCopyObject().(client.Object)
-	controllerutil.RemoveFinalizer(obj, fleetv1alpha1.AuditFinalizer)
-	if err := r.e.Client.Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
+	if err := finalizer.Remove(ctx, r.e.Client, obj, fleetv1alpha1.AuditFinalizer); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("removing the audit finalizer of %s %s: %w", r.k.name, client.ObjectKeyFromObject(obj), err)
 	}
 	return nil

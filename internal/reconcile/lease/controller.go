@@ -30,6 +30,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/audit"
 	"github.com/boualleiguie/macrack-operator/internal/conditions"
 	"github.com/boualleiguie/macrack-operator/internal/conflict"
+	"github.com/boualleiguie/macrack-operator/internal/finalizer"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/patch"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/intent"
@@ -187,8 +188,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 // reconcileLease is one pass over a lease that exists.
 func (r *Reconciler) reconcileLease(ctx context.Context, req ctrl.Request, lease *leasingv1alpha1.MacNodeLease) (res ctrl.Result, retErr error) {
-	if lease.DeletionTimestamp.IsZero() && controllerutil.AddFinalizer(lease, fleetv1alpha1.LeaseFinalizer) {
-		if err := r.Client.Update(ctx, lease); err != nil {
+	if lease.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(lease, fleetv1alpha1.LeaseFinalizer) {
+		// A patch tested on the finalizers alone, not an update locked on
+		// the whole lease: the reservations' status writes land in the
+		// same moments.
+		if err := finalizer.Add(ctx, r.Client, lease, fleetv1alpha1.LeaseFinalizer); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding finalizer to MacNodeLease %s: %w", req, err)
 		}
 	}

@@ -17,6 +17,7 @@ package placement
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,6 +64,11 @@ type Reconciler struct {
 	// MaxConcurrentReconciles bounds parallel reconciles, each of one
 	// chassis and its slots.
 	MaxConcurrentReconciles int
+
+	// placedOn holds, per instance UID, the chassis its placement was
+	// applied for, until the cache shows it: a pass on an older read would
+	// place it again.
+	placedOn sync.Map
 }
 
 // SetupWithManager registers the controller and its watches.

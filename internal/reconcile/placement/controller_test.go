@@ -291,6 +291,11 @@ func TestAPassWritesEachObjectOnce(t *testing.T) {
 			writes[obj.GetName()]++
 			return cl.SubResource(sub).Patch(ctx, obj, p, opts...)
 		},
+		// A placement is applied.
+		SubResourceApply: func(ctx context.Context, cl client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+			writes[obj.(interface{ GetName() string }).GetName()]++
+			return cl.SubResource(sub).Apply(ctx, obj, opts...)
+		},
 	})
 	reconcileNode(t, r)
 	want := map[string]int{"c02a": 1, "first": 1, "second": 1, "third": 1}

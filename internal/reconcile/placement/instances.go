@@ -6,26 +6,37 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/boualleiguie/macrack-operator/internal/patch"
 )
 
 // patchInstances writes each waiting instance once, after the MacNode's
-// slots landed. A placement carries the resourceVersion read, so that it
-// never lands on an instance that changed meanwhile; a refusal only says
-// why the instance waits, and is not written again while it says the same.
+// slots landed. A placement applies its own fields alone (nodeName and
+// Placed), under placement's field manager: the instance's other writers,
+// the exporter's journal and finalizer in the same moments, do not refuse
+// it, and the slot it names is already claimed. A refusal only says why
+// the instance waits, and is not written again while it says the same.
 func (r *Reconciler) patchInstances(ctx context.Context, s *scope) error {
 	mn := s.node
 	for _, u := range s.updates {
 		if !u.placed && !placedChanged(u) {
 			continue
 		}
-		helper := patch.NewHelper(u.before, r.Client)
 		if u.placed {
-			helper.LockStatus()
+			if on, ok := r.placedOn.Load(u.inst.UID); ok && on == mn.Name {
+				continue // placed; the cache has not shown it yet
+			}
 		}
-		if err := helper.Patch(ctx, u.inst); err != nil {
+		var err error
+		if u.placed {
+			err = patch.ApplyStatus(ctx, r.Client, u.inst, FieldOwner, map[string]any{
+				"nodeName": mn.Name, "conditions": []metav1.Condition{*meta.FindStatusCondition(u.inst.Status.Conditions, u.placedCond.Type)}})
+		} else {
+			err = patch.NewHelper(u.before, r.Client).Patch(ctx, u.inst)
+		}
+		if err != nil {
 			if !u.placed {
 				if err := client.IgnoreNotFound(err); err != nil {
 					return fmt.Errorf("telling %s/%s why it waits: %w", u.inst.Namespace, u.inst.Name, err)
@@ -35,6 +46,7 @@ func (r *Reconciler) patchInstances(ctx context.Context, s *scope) error {
 			return fmt.Errorf("placing %s/%s on %s: %w", u.inst.Namespace, u.inst.Name, mn.Name, err)
 		}
 		if u.placed {
+			r.placedOn.Store(u.inst.UID, mn.Name)
 			r.Recorder.Eventf(u.inst, mn, corev1.EventTypeNormal, "Placed", "Place", "Placed on chassis %s (%s)", mn.Spec.Serial, mn.Name)
 		} else {
 			r.Recorder.Eventf(u.inst, nil, corev1.EventTypeWarning, u.placedCond.Reason, "Place", "%s", u.placedCond.Message)

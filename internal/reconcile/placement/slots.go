@@ -31,6 +31,7 @@ func (r *Reconciler) reconcileSlots(ctx context.Context, s *scope) error {
 	exists := map[types.UID]bool{}
 	for _, i := range s.placed {
 		exists[i.UID] = true
+		r.placedOn.Delete(i.UID) // the cache shows it placed
 	}
 	for _, i := range s.waiting {
 		exists[i.UID] = true

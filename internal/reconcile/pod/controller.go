@@ -17,10 +17,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -75,6 +78,11 @@ type Reconciler struct {
 	Recorder  events.EventRecorder
 	// MaxConcurrentReconciles bounds parallel reconciles.
 	MaxConcurrentReconciles int
+
+	// applied holds, per instance UID, the Pod condition last applied,
+	// until the cache shows it: a pass on a cache that has not seen the
+	// write would apply it again, with a later transition time.
+	applied sync.Map
 }
 
 // SetupWithManager registers the controller and its watches.
@@ -145,6 +153,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		// once (a grace period of 0 in the Pod's spec).
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if gone(inst) {
+		r.applied.Delete(inst.UID)
+	}
 	s := &scope{inst: inst, now: r.Clock.Now()}
 	if err := r.observe(ctx, s); err != nil {
 		return ctrl.Result{}, err
@@ -152,25 +163,43 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if gone(inst) {
 		return ctrl.Result{}, r.deletePod(ctx, s, "the instance is deleted and its disk wiped")
 	}
-	helper := patch.NewHelper(inst, r.Client)
+	before := meta.FindStatusCondition(inst.Status.Conditions, computev1alpha1.ConditionPod)
+	if before != nil {
+		before = before.DeepCopy()
+	}
 	defer func() {
 		r.updateStatus(s)
-		// The conditions are a list others write items of: a patch on a
-		// stale read would drop theirs.
-		helper.LockStatus()
-		if err := helper.Patch(ctx, inst); err != nil {
-			if apierrors.IsConflict(err) {
-				res = ctrl.Result{RequeueAfter: conflict.RetryAfter}
-				return
-			}
-			retErr = errors.Join(retErr, client.IgnoreNotFound(fmt.Errorf("patching MacOSInstance %s: %w", req, err)))
+		// The Pod condition alone, by server-side apply: the instance's
+		// other writers (placement's Placed, the exporter's journal, the
+		// agent's runtime) own the rest of its status, and neither refuses
+		// this write nor loses theirs to it.
+		after := meta.FindStatusCondition(inst.Status.Conditions, computev1alpha1.ConditionPod)
+		if w, ok := r.applied.Load(inst.UID); ok && before != nil && sameCondition(*before, w.(metav1.Condition)) {
+			r.applied.Delete(inst.UID) // the cache caught up
 		}
+		if after == nil || (before != nil && equality.Semantic.DeepEqual(*before, *after)) {
+			return
+		}
+		if w, ok := r.applied.Load(inst.UID); ok && sameCondition(*after, w.(metav1.Condition)) {
+			return // written; the cache has not shown it yet
+		}
+		if err := patch.ApplyStatus(ctx, r.Client, inst, FieldOwner, map[string]any{"conditions": []metav1.Condition{*after}}); err != nil {
+			retErr = errors.Join(retErr, client.IgnoreNotFound(fmt.Errorf("patching MacOSInstance %s: %w", req, err)))
+			return
+		}
+		r.applied.Store(inst.UID, *after)
 	}()
 	res, err := r.reconcilePod(ctx, s)
 	if apierrors.IsConflict(err) {
 		return ctrl.Result{RequeueAfter: conflict.RetryAfter}, nil
 	}
 	return res, err
+}
+
+// sameCondition: a and b say the same, at the same generation, whatever
+// their transition times.
+func sameCondition(a, b metav1.Condition) bool {
+	return a.Type == b.Type && a.Status == b.Status && a.Reason == b.Reason && a.Message == b.Message && a.ObservedGeneration == b.ObservedGeneration
 }
 
 // gone: a deleted instance whose agent has wiped it holds no VM; it may

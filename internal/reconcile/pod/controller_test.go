@@ -328,3 +328,55 @@ func TestARefusedPodIsACondition(t *testing.T) {
 type errExceeded string
 
 func (e errExceeded) Error() string { return string(e) }
+
+// The Pod condition is applied without a lock: a pass on a cache that has
+// not shown the last apply yet does not apply it again (the lock used to
+// refuse that pass); once the cache shows it, a change is applied.
+func TestAPassOnAnOlderReadDoesNotApplyThePodConditionAgain(t *testing.T) {
+	r, c := setup(t, placed(computev1alpha1.VMRunning, true))
+	stale := &computev1alpha1.MacOSInstance{}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: "t", Name: "a"}, stale); err != nil {
+		t.Fatal(err)
+	}
+	applies := 0
+	older := true
+	r.Client = interceptor.NewClient(c, interceptor.Funcs{
+		Get: func(ctx context.Context, cl client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if i, ok := obj.(*computev1alpha1.MacOSInstance); ok && older {
+				stale.DeepCopyInto(i)
+				return nil
+			}
+			return cl.Get(ctx, key, obj, opts...)
+		},
+		SubResourceApply: func(ctx context.Context, cl client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+			applies++
+			return cl.SubResource(sub).Apply(ctx, obj, opts...)
+		},
+	})
+	reconcileA(t, r)
+	reconcileA(t, r) // the cache still shows the instance without its Pod condition
+	if applies != 1 {
+		t.Fatalf("%d applies of the Pod condition over two passes on one read, want 1", applies)
+	}
+	if cond := podCondition(t, c); cond == nil || cond.Status != metav1.ConditionTrue {
+		t.Fatalf("Pod condition %+v, want True", cond)
+	}
+	// Positive control: the cache catches up, and a Pod condition that
+	// changes (the Pod's name taken) is applied.
+	older = false
+	reconcileA(t, r)
+	if applies != 1 {
+		t.Fatalf("%d applies once the cache caught up, with nothing new, want 1", applies)
+	}
+	if err := c.Delete(context.Background(), getPod(t, c, "a")); err != nil {
+		t.Fatal(err)
+	}
+	taken := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "t", Name: "a"}}
+	if err := c.Create(context.Background(), taken); err != nil {
+		t.Fatal(err)
+	}
+	reconcileA(t, r)
+	if applies != 2 {
+		t.Fatalf("%d applies after the Pod condition changed, want 2", applies)
+	}
+}

@@ -248,6 +248,9 @@ func httpVerb(w write) string {
 	case "update":
 		return "PUT"
 	case "patch":
+		if applied(w) {
+			return "APPLY" // server-side apply, as the API server's metrics name it
+		}
 		return "PATCH"
 	case "delete":
 		return "DELETE"
@@ -255,6 +258,13 @@ func httpVerb(w write) string {
 		return "DELETECOLLECTION"
 	}
 	return strings.ToUpper(w.Verb)
+}
+
+// applied: a patch that is a server-side apply, whose body is an object
+// that names its kind (a merge patch's names only the fields it changes).
+func applied(w write) bool {
+	var top struct{ APIVersion, Kind string }
+	return json.Unmarshal(w.Body, &top) == nil && top.APIVersion != "" && top.Kind != ""
 }
 
 // table prints counts sorted by key.

@@ -1,0 +1,113 @@
+// Package finalizer adds and removes one finalizer without locking the
+// whole object. A merge patch locked on the resourceVersion loses to every
+// write of the object, a status condition or a journal record included,
+// though none of them touches the finalizers. The patches here are JSON
+// patches that test the finalizers alone: adding one tests the list it
+// extends, removing one tests the item at its index. Only a concurrent
+// finalizer write fails the test, and the loser sees a Conflict, as it
+// would have for a stale resourceVersion, and retries on a fresh read.
+//
+// Two writers adding the first finalizers of a new object still race: a
+// JSON patch cannot append to a list that is absent, so the first add
+// tests that there is none. A server-side apply would merge them
+// (finalizers are a set), but controller-runtime's fake client, which the
+// unit tests use, applies through the Go types and refuses it.
+package finalizer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/boualleiguie/macrack-operator/internal/conflict"
+)
+
+// op is one JSON patch (RFC 6902) operation.
+type op struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// testOp is a test operation; its value is written even when null, which
+// tests that the path is absent.
+type testOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value"`
+}
+
+const path = "/metadata/finalizers"
+
+// AddPatch is the JSON patch that appends name to finalizers, on condition
+// that the stored list is still finalizers. Nil if name is already there.
+func AddPatch(finalizers []string, name string) ([]byte, error) {
+	if slices.Contains(finalizers, name) {
+		return nil, nil
+	}
+	if len(finalizers) == 0 {
+		// The API server drops an empty list: the field is absent, and a
+		// test of null passes on an absent field only.
+		return json.Marshal([]any{testOp{Op: "test", Path: path, Value: nil}, op{Op: "add", Path: path, Value: []string{name}}})
+	}
+	return json.Marshal([]any{testOp{Op: "test", Path: path, Value: finalizers}, op{Op: "add", Path: path + "/-", Value: name}})
+}
+
+// RemovePatch is the JSON patch that removes name from finalizers, on
+// condition that it is still at the index it was read at. Nil if name is
+// not there.
+func RemovePatch(finalizers []string, name string) ([]byte, error) {
+	i := slices.Index(finalizers, name)
+	if i < 0 {
+		return nil, nil
+	}
+	at := fmt.Sprintf("%s/%d", path, i)
+	return json.Marshal([]any{testOp{Op: "test", Path: at, Value: name}, op{Op: "remove", Path: at}})
+}
+
+// Add puts name on obj's finalizers, unless they hold it already, and
+// updates obj from the server's answer. A concurrent finalizer write is a
+// Conflict (apierrors.IsConflict).
+func Add(ctx context.Context, c client.Writer, obj client.Object, name string, opts ...client.PatchOption) error {
+	p, err := AddPatch(obj.GetFinalizers(), name)
+	if err != nil || p == nil {
+		return err
+	}
+	return write(ctx, c, obj, p, opts)
+}
+
+// Remove takes name off obj's finalizers, if they hold it, and updates obj
+// from the server's answer (which may be that it is gone: NotFound). A
+// concurrent finalizer write is a Conflict (apierrors.IsConflict).
+func Remove(ctx context.Context, c client.Writer, obj client.Object, name string, opts ...client.PatchOption) error {
+	p, err := RemovePatch(obj.GetFinalizers(), name)
+	if err != nil || p == nil {
+		return err
+	}
+	return write(ctx, c, obj, p, opts)
+}
+
+func write(ctx context.Context, c client.Writer, obj client.Object, p []byte, opts []client.PatchOption) error {
+	err := c.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, p), opts...)
+	if conflict.Untested(err) {
+		return apierrors.NewConflict(schema.GroupResource{Resource: kind(obj)}, obj.GetName(),
+			fmt.Errorf("the finalizers changed since they were read: %w", err))
+	}
+	return err
+}
+
+// kind names obj's kind for a Conflict's message: its GVK's, or its Go
+// type's (a typed object read through the client carries no GVK).
+func kind(obj client.Object) string {
+	if k := obj.GetObjectKind().GroupVersionKind().Kind; k != "" {
+		return k
+	}
+	return reflect.TypeOf(obj).Elem().Name()
+}
