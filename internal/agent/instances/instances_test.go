@@ -10,7 +10,6 @@ import (
 	"oras.land/oras-go/v2/content/memory"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -294,20 +293,6 @@ func (rg *rig) recorded() []write {
 	return append([]write(nil), rg.writes...)
 }
 
-// keys are the keys of a JSON object, sorted.
-func keys(t *testing.T, raw json.RawMessage) []string {
-	t.Helper()
-	m := map[string]json.RawMessage{}
-	if err := json.Unmarshal(raw, &m); err != nil {
-		t.Fatalf("%s is not a JSON object: %v", raw, err)
-	}
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
 
 // The agent never writes what the tenant wrote: a typed Update sends the
 // whole object back, spec re-encoded (8192Mi as 8Gi), and agent.scope
