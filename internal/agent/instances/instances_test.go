@@ -293,7 +293,6 @@ func (rg *rig) recorded() []write {
 	return append([]write(nil), rg.writes...)
 }
 
-
 // The agent never writes what the tenant wrote: a typed Update sends the
 // whole object back, spec re-encoded (8192Mi as 8Gi), and agent.scope
 // refuses it as a spec change. Its only writes of an instance itself are
