@@ -52,12 +52,17 @@ func AddPatch(finalizers []string, name string) ([]byte, error) {
 	if slices.Contains(finalizers, name) {
 		return nil, nil
 	}
+	// The object must not be being deleted either: the API server refuses
+	// a new finalizer then (a 422 of its own, not a failed test), and a
+	// reader whose cache has not shown the deletion yet should see the
+	// Conflict a resourceVersion lock gave it, and look again.
+	alive := testOp{Op: "test", Path: "/metadata/deletionTimestamp", Value: nil}
 	if len(finalizers) == 0 {
 		// The API server drops an empty list: the field is absent, and a
 		// test of null passes on an absent field only.
-		return json.Marshal([]any{testOp{Op: "test", Path: path, Value: nil}, op{Op: "add", Path: path, Value: []string{name}}})
+		return json.Marshal([]any{alive, testOp{Op: "test", Path: path, Value: nil}, op{Op: "add", Path: path, Value: []string{name}}})
 	}
-	return json.Marshal([]any{testOp{Op: "test", Path: path, Value: finalizers}, op{Op: "add", Path: path + "/-", Value: name}})
+	return json.Marshal([]any{alive, testOp{Op: "test", Path: path, Value: finalizers}, op{Op: "add", Path: path + "/-", Value: name}})
 }
 
 // RemovePatch is the JSON patch that removes name from finalizers, on

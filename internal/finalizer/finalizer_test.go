@@ -164,3 +164,26 @@ func TestRemove(t *testing.T) {
 		})
 	}
 }
+
+// A reader that has not seen the deletion yet adds nothing: it gets a
+// Conflict, as a resourceVersion lock gave it, not the API server's 422
+// for a finalizer added to an object being deleted. The positive control
+// is TestAdd: the same read, not deleted, adds it.
+func TestAddToAnObjectBeingDeletedIsAConflict(t *testing.T) {
+	ctx := context.Background()
+	c := apiserver(t, configMap("other"))
+	read := configMap()
+	if err := c.Get(ctx, client.ObjectKeyFromObject(read), read); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, configMap()); err != nil {
+		t.Fatal(err)
+	}
+	err := finalizer.Add(ctx, c, read, mine)
+	if !apierrors.IsConflict(err) {
+		t.Fatalf("Add to an object being deleted: %v, want a Conflict", err)
+	}
+	if got := stored(t, c); !slices.Equal(got, []string{"other"}) {
+		t.Errorf("stored finalizers %v, want [other]", got)
+	}
+}

@@ -54,15 +54,6 @@ var _ = Describe("The binding race, at scale", Ordered, func() {
 		// API server more than anything it measures.
 		Eventually(sctx, rec.ready, "6m", "250ms").Should(Equal(chassisCount))
 		timed(fmt.Sprintf("%d chassis created and Ready", chassisCount), t0)
-		// The node controller derives Leased from each binding, after the
-		// claim: the phase's one writer.
-		Eventually(sctx, func(g Gomega) {
-			nodes, err := macNodes(class)
-			g.Expect(err).NotTo(HaveOccurred())
-			for _, n := range nodes {
-				g.Expect(n.Status.Phase).To(Equal(fleetv1alpha1.MacNodeLeased), "chassis %s", n.Name)
-			}
-		}, "1m").Should(Succeed())
 		nodes, err := macNodes(class)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(nodes).To(HaveLen(chassisCount))
@@ -88,6 +79,15 @@ var _ = Describe("The binding race, at scale", Ordered, func() {
 		Eventually(sctx, rec.tally, "8m").Should(Equal(want))
 		timed("from the first create to 900 Bound and 100 Pending (NoCapacity), as the watch saw", t0)
 		Consistently(rec.tally, "1s").Should(Equal(want), "a lease bound, or a Bound one came loose, after the race settled")
+		// The node controller derives Leased from each binding, after the
+		// claim: the phase's one writer.
+		Eventually(sctx, func(g Gomega) {
+			nodes, err := macNodes(class)
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, n := range nodes {
+				g.Expect(n.Status.Phase).To(Equal(fleetv1alpha1.MacNodeLeased), "chassis %s", n.Name)
+			}
+		}, "1m").Should(Succeed())
 
 		// The API server's own state, read once it settled.
 		ls, err := leases(class)
