@@ -1,4 +1,8 @@
-package audit
+// Package sink delivers the audit stream's CloudEvents: to NATS JetStream
+// (one subject per record, each stored once), over HTTP, or as JSON lines;
+// and reads a JetStream stream back. Only the exporter and the commands
+// link it: a controller that journals does not (test/boundaries).
+package sink
 
 import (
 	"context"

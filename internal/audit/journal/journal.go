@@ -1,8 +1,8 @@
-// Package audit is MacRack's audit and billing stream: the journal each
-// object carries of its transitions, the CloudEvents those become, the sinks
-// that take them (NATS JetStream, HTTP, JSON lines), the bounded buffer of
-// policy denials, and the billing arithmetic over a stream.
-package audit
+// Package journal is the audit journal each object carries in its status:
+// the records of its transitions, numbered without gaps, pruned once a sink
+// acknowledged them. It is pure: the controllers that journal a status
+// write link no sink and no event format (test/boundaries holds them to it).
+package journal
 
 import (
 	"strings"

@@ -1,4 +1,4 @@
-package audit
+package sink
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/audit/event"
 )
 
 // TestTheHTTPSinkSendsCloudEventsAndTakesOnlyA2xxAsAcknowledged: a real
@@ -37,7 +38,7 @@ func TestTheHTTPSinkSendsCloudEventsAndTakesOnlyA2xxAsAcknowledged(t *testing.T)
 	defer srv.Close()
 
 	lease := &metav1.ObjectMeta{Name: "mini", Namespace: "tenant-a", UID: "l-1"}
-	ev, err := Origin{Cluster: "prod"}.Event("lease", "macrack-lease", lease, fleetv1alpha1.AuditRecord{
+	ev, err := event.Origin{Cluster: "prod"}.Event("lease", "macrack-lease", lease, fleetv1alpha1.AuditRecord{
 		Sequence: 7, Type: "bound", Time: metav1.NewTime(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)),
 	})
 	if err != nil {
@@ -75,7 +76,7 @@ func TestAReceiverThatNeverAnswersIsAFailure(t *testing.T) {
 	}
 	h.timeout = 50 * time.Millisecond
 	lease := &metav1.ObjectMeta{Name: "mini", Namespace: "tenant-a", UID: "l-1"}
-	ev, _ := Origin{Cluster: "prod"}.Event("lease", "macrack-lease", lease, fleetv1alpha1.AuditRecord{Sequence: 1, Type: "created", Time: metav1.Now()})
+	ev, _ := event.Origin{Cluster: "prod"}.Event("lease", "macrack-lease", lease, fleetv1alpha1.AuditRecord{Sequence: 1, Type: "created", Time: metav1.Now()})
 	done := make(chan error, 1)
 	go func() { done <- h.Publish(context.Background(), ev) }()
 	select {

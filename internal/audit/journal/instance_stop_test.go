@@ -1,4 +1,4 @@
-package audit
+package journal
 
 import (
 	"testing"
@@ -20,9 +20,9 @@ func TestARunThatEndsUnseenStillGetsItsStoppedRecord(t *testing.T) {
 	inst := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: "vm", Namespace: "t", UID: "u"}}
 	inst.Status.NodeName = "c02a"
 	inst.Status.Runtime = &computev1alpha1.RuntimeStatus{Phase: computev1alpha1.VMRunning}
-	JournalInstance(inst, t0)
+	Instance(inst, t0)
 	inst.Status.Runtime = &computev1alpha1.RuntimeStatus{Phase: computev1alpha1.VMStopped, Wipe: wipe}
-	JournalInstance(inst, t0.Add(time.Hour))
+	Instance(inst, t0.Add(time.Hour))
 	var got []string
 	for _, r := range inst.Status.Audit.Records {
 		got = append(got, r.Type)
@@ -36,14 +36,14 @@ func TestARunThatEndsUnseenStillGetsItsStoppedRecord(t *testing.T) {
 			t.Fatalf("records %v, want %v", got, want)
 		}
 	}
-	JournalInstance(inst, t0.Add(2*time.Hour))
+	Instance(inst, t0.Add(2*time.Hour))
 	if n := len(inst.Status.Audit.Records); n != len(want) {
 		t.Fatalf("a second look added records: %d", n)
 	}
 
 	never := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: "vm2", Namespace: "t", UID: "u2"}}
 	never.Status.Runtime = &computev1alpha1.RuntimeStatus{Phase: computev1alpha1.VMFailed}
-	JournalInstance(never, t0)
+	Instance(never, t0)
 	for _, r := range never.Status.Audit.Records {
 		if r.Type == "stopped" {
 			t.Fatalf("an instance that never ran got %v", never.Status.Audit.Records)

@@ -1,4 +1,4 @@
-package audit
+package sink
 
 import (
 	"context"
@@ -15,7 +15,11 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stypes "k8s.io/apimachinery/pkg/types"
 
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/audit/event"
 	"github.com/boualleiguie/macrack-operator/test/natsserver"
 )
 
@@ -52,9 +56,10 @@ func newSink(t *testing.T, o JetStreamOptions) *JetStream {
 
 func leaseRecord(t *testing.T, uid string, seq int64, typ string) cloudevents.Event {
 	t.Helper()
-	uid = "lease-" + uid
-	ev, err := Origin{Cluster: "eu-1"}.event(ID("lease", uid, seq), Type("lease", typ), "macrack-lease", "tenant-a/ci", at(time.Duration(seq)*time.Minute),
-		Data{Kind: "lease", UID: uid, Namespace: "tenant-a", Name: "ci", Sequence: seq})
+	lease := &metav1.ObjectMeta{Namespace: "tenant-a", Name: "ci", UID: k8stypes.UID("lease-" + uid)}
+	ev, err := event.Origin{Cluster: "eu-1"}.Event("lease", "macrack-lease", lease, fleetv1alpha1.AuditRecord{
+		Sequence: seq, Type: typ, Time: metav1.NewTime(at(time.Duration(seq) * time.Minute)),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +163,7 @@ func TestJetStreamStoresEachRecordOnceWhateverTheTime(t *testing.T) {
 	if err := short.Publish(ctx, a); err != nil {
 		t.Fatalf("re-sending %s past the window: %v, want it taken as stored", a.ID(), err)
 	}
-	if _, ids := stored(t, js, DefaultStream); !slices.Equal(ids, []string{a.ID(), b.ID(), c.ID(), ID("lease", "lease-a", 4)}) {
+	if _, ids := stored(t, js, DefaultStream); !slices.Equal(ids, []string{a.ID(), b.ID(), c.ID(), event.ID("lease", "lease-a", 4)}) {
 		t.Errorf("past the window, the stream holds %v: want each record once", ids)
 	}
 
@@ -167,7 +172,7 @@ func TestJetStreamStoresEachRecordOnceWhateverTheTime(t *testing.T) {
 	// planted it there first.
 	d, e := leaseRecord(t, "a", 5, "deleted"), leaseRecord(t, "a", 6, "condition")
 	forged := e.Clone()
-	if err := forged.SetData(cloudevents.ApplicationJSON, Data{Kind: "lease", UID: "lease-a", Namespace: "tenant-b", Name: "ci", Sequence: 6}); err != nil {
+	if err := forged.SetData(cloudevents.ApplicationJSON, event.Data{Kind: "lease", UID: "lease-a", Namespace: "tenant-b", Name: "ci", Sequence: 6}); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []struct{ planted, ev cloudevents.Event }{{c, d}, {forged, e}} {

@@ -1,4 +1,4 @@
-package audit
+package sink
 
 import (
 	"cmp"
@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/audit/event"
 )
 
 // The stream MacRack creates, and the subjects it publishes on: one per
@@ -398,7 +399,7 @@ func storedOn(ctx context.Context, s jetstream.Stream, subj string, ev cloudeven
 // sameRecord compares what a record says: its id, type, subject, time and
 // data (not its source, which names the operator's cluster).
 func sameRecord(a, b cloudevents.Event) bool {
-	var da, db Data
+	var da, db event.Data
 	return a.ID() == b.ID() && a.Type() == b.Type() && a.Subject() == b.Subject() && a.Time().Equal(b.Time()) &&
 		a.DataAs(&da) == nil && b.DataAs(&db) == nil && reflect.DeepEqual(da, db)
 }

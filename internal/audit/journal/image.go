@@ -1,4 +1,4 @@
-package audit
+package journal
 
 import (
 	"time"
@@ -9,10 +9,10 @@ import (
 // RecordResolved is an image's record of the artifact it resolved to.
 const RecordResolved = "resolved"
 
-// JournalImage appends a golden's resolution on this write: a record when
+// Image appends a golden's resolution on this write: a record when
 // status.resolved takes a digest it did not hold. Its copies are the
 // chassis' records (replicated, evicted), each journaled by its MacNode.
-func JournalImage(before *fleetv1alpha1.MacOSImageStatus, img *fleetv1alpha1.MacOSImage, now time.Time) (dropped int) {
+func Image(before *fleetv1alpha1.MacOSImageStatus, img *fleetv1alpha1.MacOSImage, now time.Time) (dropped int) {
 	after := img.Status.Resolved
 	if after == nil || (before.Resolved != nil && before.Resolved.Digest == after.Digest) {
 		return 0

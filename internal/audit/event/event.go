@@ -1,4 +1,7 @@
-package audit
+// Package event is the audit stream's format: each journaled record, each
+// deletion and each refusal as a CloudEvent (structured JSON) with a
+// deterministic id that consumers deduplicate on. It knows no sink.
+package event
 
 import (
 	"crypto/sha256"
@@ -11,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/audit/denial"
 )
 
 // Data is every record's CloudEvents data, as JSON.
@@ -86,6 +90,21 @@ func (o Origin) event(id, typ, controller, subj string, at time.Time, data Data)
 		return ev, fmt.Errorf("encoding the data of %s: %w", id, err)
 	}
 	return ev, ev.Validate()
+}
+
+// Denial makes a refusal a CloudEvent, with the rule, the code and the
+// policy revision.
+func (o Origin) Denial(d denial.Denial) (cloudevents.Event, error) {
+	subj := d.Name
+	if d.Namespace != "" {
+		subj = d.Namespace + "/" + d.Name
+	}
+	id := "denial/" + digest(d.Layer, d.Rule, d.Code, d.Revision, d.Kind, d.Namespace, d.Name, d.UID, d.Key)
+	return o.event(id, Type("denial", d.Layer), "macrack-"+d.Layer, subj, d.At, Data{
+		Kind: d.Kind, UID: d.UID, Namespace: d.Namespace, Name: d.Name, Reason: d.Code, Message: d.Message,
+		Attributes: map[string]string{"rule": d.Rule, "code": d.Code, "revision": d.Revision, "layer": d.Layer,
+			"operation": d.Operation, "user": d.User},
+	})
 }
 
 // digest is a short, stable hash of parts.

@@ -1,4 +1,4 @@
-package audit
+package journal
 
 import (
 	"fmt"
@@ -170,7 +170,7 @@ func leaseWrite(l *leasingv1alpha1.MacNodeLease, now time.Time, change func(*lea
 	before := l.Status.DeepCopy()
 	from := next(l.Status.Audit)
 	change(&l.Status)
-	JournalLease(before, l, now)
+	Lease(before, l, now)
 	return from
 }
 
@@ -286,7 +286,7 @@ func chassisWrite(mn *fleetv1alpha1.MacNode, now time.Time, change func(*fleetv1
 	before := mn.Status.DeepCopy()
 	from := next(mn.Status.Audit)
 	change(&mn.Status)
-	JournalChassis(before, mn, now)
+	Chassis(before, mn, now)
 	return from
 }
 
@@ -489,7 +489,7 @@ func TestJournalImageRecordsEachDigestResolved(t *testing.T) {
 		before := img.Status.DeepCopy()
 		from := next(img.Status.Audit)
 		img.Status.Resolved = res
-		JournalImage(before, img, now)
+		Image(before, img, now)
 		return from
 	}
 	if from := write(at(0), nil); len(types(img.Status.Audit, from)) != 0 {
@@ -561,7 +561,7 @@ func newInstance() *computev1alpha1.MacOSInstance {
 func observe(inst *computev1alpha1.MacOSInstance, now time.Time, change func(*computev1alpha1.MacOSInstanceStatus)) int64 {
 	from := next(inst.Status.Audit)
 	change(&inst.Status)
-	JournalInstance(inst, now)
+	Instance(inst, now)
 	return from
 }
 

@@ -1,4 +1,4 @@
-package audit
+package journal
 
 import (
 	"strconv"
@@ -29,9 +29,9 @@ const (
 	observedRun = "run"
 )
 
-// JournalInstance appends what moved on inst since the exporter last
+// Instance appends what moved on inst since the exporter last
 // looked: placed, running, stopped, wiped (with the wipe's evidence).
-func JournalInstance(inst *computev1alpha1.MacOSInstance, now time.Time) (dropped int) {
+func Instance(inst *computev1alpha1.MacOSInstance, now time.Time) (dropped int) {
 	st := &inst.Status
 	seen := map[string]string{}
 	if st.Audit != nil {

@@ -1,4 +1,4 @@
-package audit
+package event
 
 import (
 	"encoding/json"
@@ -11,7 +11,33 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/audit/denial"
 )
+
+// t0 is the tests' clock.
+var t0 = time.Date(2026, 6, 1, 9, 0, 0, 0, time.UTC)
+
+func at(d time.Duration) time.Time { return t0.Add(d) }
+
+func mt(d time.Duration) *metav1.Time {
+	t := metav1.NewTime(at(d))
+	return &t
+}
+
+func newLease() *leasingv1alpha1.MacNodeLease {
+	l := &leasingv1alpha1.MacNodeLease{}
+	l.Namespace, l.Name, l.UID = "tenant-a", "ci", "lease-uid-1"
+	l.CreationTimestamp = metav1.NewTime(at(0))
+	return l
+}
+
+func newChassis() *fleetv1alpha1.MacNode {
+	mn := &fleetv1alpha1.MacNode{}
+	mn.Name, mn.UID = "mac-c02xl0ghjgh5", "chassis-uid-1"
+	mn.CreationTimestamp = metav1.NewTime(at(0))
+	return mn
+}
 
 func TestIDsAndTypes(t *testing.T) {
 	for got, want := range map[string]string{
@@ -22,45 +48,6 @@ func TestIDsAndTypes(t *testing.T) {
 	} {
 		if got != want {
 			t.Errorf("%q, want %q", got, want)
-		}
-	}
-}
-
-// TestEachRecordHasItsOwnSubject: a record's subject is its type's, then
-// its id as one token. Ids that JetStream would read as several tokens or a
-// wildcard are escaped, and no two ids share a subject: the stream's one
-// message per subject is one record.
-func TestEachRecordHasItsOwnSubject(t *testing.T) {
-	ev := func(typ, id string) cloudevents.Event {
-		e := cloudevents.New()
-		e.SetType(typ)
-		e.SetID(id)
-		return e
-	}
-	for _, tc := range []struct {
-		ev   cloudevents.Event
-		want string
-	}{
-		{ev(Type("lease", "bound"), ID("lease", "0f6c3a1e-5b7d-4c2a-9e8f-1a2b3c4d5e6f", 3)), "macrack.audit.lease.bound.lease/0f6c3a1e-5b7d-4c2a-9e8f-1a2b3c4d5e6f/3"},
-		{ev(Type("chassis", "quarantine.ended"), ID("chassis", "u-9", 12)), "macrack.audit.chassis.quarantine.ended.chassis/u-9/12"},
-		{ev(Type("instance", "deleted"), DeletedID("instance", "u-2")), "macrack.audit.instance.deleted.instance/u-2/deleted"},
-		{ev(Type("denial", "webhook"), "denial/0123abcd"), "macrack.audit.denial.webhook.denial/0123abcd"},
-		{ev(Type("lease", "bound"), "a.b *>\t%"), "macrack.audit.lease.bound.a%2Eb%20%2A%3E%09%25"},
-	} {
-		if got := Subject(tc.ev); got != tc.want {
-			t.Errorf("%s: %q, want %q", tc.ev.ID(), got, tc.want)
-		}
-	}
-	seen := map[string]string{}
-	for _, id := range []string{"a.b", "a%2Eb", "a/b", "a b", "a%20b", "a*", "a>", "a%", "a%25"} {
-		s := Subject(ev(Type("lease", "bound"), id))
-		if other, ok := seen[s]; ok {
-			t.Errorf("ids %q and %q share the subject %s", other, id, s)
-		}
-		seen[s] = id
-		token := strings.TrimPrefix(s, "macrack.audit.lease.bound.")
-		if strings.ContainsAny(token, ". \t*>") {
-			t.Errorf("id %q: token %q is not one literal subject token", id, token)
 		}
 	}
 }
@@ -147,7 +134,7 @@ func TestDeletedIsTimedByTheDeletion(t *testing.T) {
 
 func TestDenialIDsAreStableAndDistinct(t *testing.T) {
 	o := Origin{Cluster: "eu-1"}
-	d := Denial{Layer: "webhook", Rule: "lease.floor", Code: "LeaseTooShort", Revision: "rev1", Message: "too short",
+	d := denial.Denial{Layer: "webhook", Rule: "lease.floor", Code: "LeaseTooShort", Revision: "rev1", Message: "too short",
 		Kind: "MacNodeLease", Namespace: "tenant-a", Name: "ci", Operation: "CREATE", User: "alice", Key: "req-1", At: at(0)}
 	a, err := o.Denial(d)
 	if err != nil {

@@ -1,4 +1,4 @@
-package audit
+package journal
 
 import (
 	"slices"
@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/index"
 )
 
 // Keys of a chassis journal's observed map: what the node controller last
@@ -32,12 +31,12 @@ const (
 	RecordEvicted    = "evicted"
 )
 
-// JournalChassis appends the records a MacNode's status write carries:
+// Chassis appends the records a MacNode's status write carries:
 // enrolled (its first write), each phase it enters, bound and unbound as
 // its binding is given and taken back, each step of a quarantine, and each
 // golden copy that verified (replicated) or went (evicted). A quarantine's
 // start and end are a pair, each naming the lease and tenant the outage fell on.
-func JournalChassis(before *fleetv1alpha1.MacNodeStatus, mn *fleetv1alpha1.MacNode, now time.Time) (dropped int) {
+func Chassis(before *fleetv1alpha1.MacNodeStatus, mn *fleetv1alpha1.MacNode, now time.Time) (dropped int) {
 	after := &mn.Status
 	var recs []fleetv1alpha1.AuditRecord
 	first := after.Audit == nil || after.Audit.NextSequence == 0
@@ -56,8 +55,7 @@ func JournalChassis(before *fleetv1alpha1.MacNodeStatus, mn *fleetv1alpha1.MacNo
 	}
 	recs = append(recs, bindingRecords(after, mn.Spec.Serial, now)...)
 	recs = append(recs, quarantineRecords(before.Quarantine, after.Quarantine, after.Binding, mn.Spec.Serial)...)
-	copies := index.VerifiedImages(mn)
-	slices.Sort(copies)
+	copies := verifiedCopies(mn)
 	recs = append(recs, copyRecords(after.Audit, copies, mn.Spec.Serial, now)...)
 	dropped = Append(&after.Audit, recs...)
 	if after.Audit != nil {
@@ -70,6 +68,23 @@ func JournalChassis(before *fleetv1alpha1.MacNodeStatus, mn *fleetv1alpha1.MacNo
 		setObserved(after.Audit, observedLease, "")
 	}
 	return dropped
+}
+
+// verifiedCopies are the golden copies the chassis' agent reports Ready, as
+// sorted name@digest: the journal's own form of them, kept here rather than
+// read from internal/index so that journaling links no client.
+func verifiedCopies(mn *fleetv1alpha1.MacNode) []string {
+	if mn.Status.Reported == nil {
+		return nil
+	}
+	var out []string
+	for _, i := range mn.Status.Reported.Images {
+		if i.Phase == fleetv1alpha1.ImageReady && i.Name != "" && i.Digest != "" {
+			out = append(out, i.Name+"@"+i.Digest)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func setObserved(j *fleetv1alpha1.AuditJournal, key, value string) {

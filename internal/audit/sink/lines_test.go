@@ -1,4 +1,4 @@
-package audit
+package sink
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/audit/event"
 )
 
 func TestLinesWritesOneCloudEventPerLine(t *testing.T) {
@@ -23,7 +24,7 @@ func TestLinesWritesOneCloudEventPerLine(t *testing.T) {
 	if _, ok := sink.(*Lines); !ok {
 		t.Fatalf("stdout opened a %T, want *Lines", sink)
 	}
-	o := Origin{Cluster: "eu-1"}
+	o := event.Origin{Cluster: "eu-1"}
 	l := newLease()
 	var sent []cloudevents.Event
 	for i, typ := range []string{"created", "bound", "released"} {
@@ -70,7 +71,7 @@ func TestLinesWritesOneCloudEventPerLine(t *testing.T) {
 		if err := ev.Validate(); err != nil {
 			t.Errorf("line %d does not validate: %v", i+1, err)
 		}
-		var d Data
+		var d event.Data
 		if err := ev.DataAs(&d); err != nil || d.Message != "line one\nline two" || d.UID != "lease-uid-1" {
 			t.Errorf("line %d: data %+v (%v)", i+1, d, err)
 		}

@@ -1,4 +1,4 @@
-package audit
+package billing
 
 import (
 	"math"
@@ -12,6 +12,8 @@ import (
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/audit/event"
+	"github.com/boualleiguie/macrack-operator/internal/audit/journal"
 )
 
 // The billing window of these tests: June 1st, 2026, UTC.
@@ -27,7 +29,7 @@ func metaT(t time.Time) *metav1.Time {
 	return &m
 }
 
-var origin = Origin{Cluster: "eu-1"}
+var origin = event.Origin{Cluster: "eu-1"}
 
 // events makes a journal's records CloudEvents, as the exporter does.
 func events(t *testing.T, kind, controller string, obj metav1.Object, j *fleetv1alpha1.AuditJournal) []cloudevents.Event {
@@ -53,7 +55,7 @@ func leaseLife(t *testing.T, tenant, name string, bound, released time.Time) []c
 	write := func(now time.Time, change func(*leasingv1alpha1.MacNodeLeaseStatus)) {
 		before := l.Status.DeepCopy()
 		change(&l.Status)
-		JournalLease(before, l, now)
+		journal.Lease(before, l, now)
 	}
 	write(bound.Add(-time.Minute), func(s *leasingv1alpha1.MacNodeLeaseStatus) { s.Phase = leasingv1alpha1.LeasePending })
 	// The write lands a few seconds after the claim it records: the bill
@@ -83,7 +85,7 @@ func chassisLife(t *testing.T, serial string, steps ...chassisStep) []cloudevent
 	for _, s := range steps {
 		before := mn.Status.DeepCopy()
 		s.change(&mn.Status)
-		JournalChassis(before, mn, s.at)
+		journal.Chassis(before, mn, s.at)
 	}
 	return events(t, "chassis", "macrack-node", mn, mn.Status.Audit)
 }
@@ -184,7 +186,7 @@ func fleet(t *testing.T) []cloudevents.Event {
 	evs = append(evs, leaseLife(t, "tenant-b", "b2", h(10), h(27))...)
 	evs = append(evs, chassisLife(t, "B2", bindTo("tenant-b", "b2", h(10)), quarantine(h(12), false), recovered(h(13.25)))...)
 	for _, ev := range leaseLife(t, "tenant-c", "c1", h(-100), h(5)) {
-		if ev.Type() != Type("lease", "bound") {
+		if ev.Type() != event.Type("lease", "bound") {
 			evs = append(evs, ev) // its bound record is outside the stream
 		}
 	}
@@ -200,7 +202,7 @@ func TestBillingOverAStreamWithDuplicatesOutOfOrder(t *testing.T) {
 		"tenant-b": {Leases: 2, ChassisHours: 16, OutageHours: 1.25},
 	}
 	// Positive control: the stream in order, each record once.
-	got, err := Billing(evs, day0, day1)
+	got, err := Report(evs, day0, day1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +212,7 @@ func TestBillingOverAStreamWithDuplicatesOutOfOrder(t *testing.T) {
 	if len(all) != 2*len(evs) {
 		t.Fatalf("%d records, want every one of %d twice", len(all), len(evs))
 	}
-	got, err = Billing(all, day0, day1)
+	got, err = Report(all, day0, day1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,21 +222,21 @@ func TestBillingOverAStreamWithDuplicatesOutOfOrder(t *testing.T) {
 func TestBillingClipsToTheWindow(t *testing.T) {
 	evs := fleet(t)
 	// 09:00-12:30: a1 is over; b2 from 10:00, its outage from 12:00.
-	got, err := Billing(shuffled(evs), h(9), h(12.5))
+	got, err := Report(shuffled(evs), h(9), h(12.5))
 	if err != nil {
 		t.Fatal(err)
 	}
 	expect(t, usageOf(t, got), map[string]Usage{"tenant-b": {Leases: 1, ChassisHours: 2.5, OutageHours: 0.5}})
 
 	// 03:00-03:30: a2 (still bound) and a1 (since 02:00).
-	got, err = Billing(evs, h(3), h(3.5))
+	got, err = Report(evs, h(3), h(3.5))
 	if err != nil {
 		t.Fatal(err)
 	}
 	expect(t, usageOf(t, got), map[string]Usage{"tenant-a": {Leases: 2, ChassisHours: 1}})
 
 	// A window that ends exactly when a1 is bound bills it nothing: [from, to).
-	got, err = Billing(evs, h(-1), h(2))
+	got, err = Report(evs, h(-1), h(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,14 +246,14 @@ func TestBillingClipsToTheWindow(t *testing.T) {
 func TestBillingRunsAnUnreleasedLeaseToTheWindowsEnd(t *testing.T) {
 	evs := leaseLife(t, "tenant-b", "b1", h(22), time.Time{})
 	for _, to := range []time.Time{h(23), day1, h(24 * 31)} {
-		got, err := Billing(evs, day0, to)
+		got, err := Report(evs, day0, to)
 		if err != nil {
 			t.Fatal(err)
 		}
 		expect(t, usageOf(t, got), map[string]Usage{"tenant-b": {Leases: 1, ChassisHours: to.Sub(h(22)).Hours()}})
 	}
 	// Positive control: released, it stops at its release.
-	got, err := Billing(leaseLife(t, "tenant-b", "b1", h(22), h(23.5)), day0, h(24*31))
+	got, err := Report(leaseLife(t, "tenant-b", "b1", h(22), h(23.5)), day0, h(24*31))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +266,7 @@ func TestBillingReportsAQuarantineApart(t *testing.T) {
 			// A second quarantine of the same chassis, known by its own
 			// quarantinedAt.
 			quarantine(h(15), false), recovered(h(15.5)))...)
-	got, err := Billing(shuffled(evs), day0, day1)
+	got, err := Report(shuffled(evs), day0, day1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +274,7 @@ func TestBillingReportsAQuarantineApart(t *testing.T) {
 	expect(t, usageOf(t, got), map[string]Usage{"tenant-b": {Leases: 1, ChassisHours: 10, OutageHours: 1.75}})
 
 	// An unleased chassis' quarantine is no tenant's.
-	got, err = Billing(chassisLife(t, "FREE", quarantine(h(1), false), recovered(h(2))), day0, day1)
+	got, err = Report(chassisLife(t, "FREE", quarantine(h(1), false), recovered(h(2))), day0, day1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +288,7 @@ func TestBillingReportsAQuarantineApart(t *testing.T) {
 func TestBillingEndsAnOutageWithItsLease(t *testing.T) {
 	evs := append(leaseLife(t, "tenant-e", "e1", h(1), h(7)),
 		chassisLife(t, "E1", bindTo("tenant-e", "e1", h(1)), quarantine(h(5), true), unbind(h(7)), recovered(h(20)))...)
-	got, err := Billing(shuffled(evs), day0, day1)
+	got, err := Report(shuffled(evs), day0, day1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +298,7 @@ func TestBillingEndsAnOutageWithItsLease(t *testing.T) {
 	// tenant nothing, outage included.
 	retired := append(leaseLife(t, "tenant-e", "e1", h(1), h(7)),
 		chassisLife(t, "E1", bindTo("tenant-e", "e1", h(1)), quarantine(h(5), true), unbind(h(7)))...)
-	got, err = Billing(retired, day1, day1.Add(24*time.Hour))
+	got, err = Report(retired, day1, day1.Add(24*time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +307,7 @@ func TestBillingEndsAnOutageWithItsLease(t *testing.T) {
 	// in full.
 	held := append(leaseLife(t, "tenant-e", "e1", h(1), time.Time{}),
 		chassisLife(t, "E1", bindTo("tenant-e", "e1", h(1)), quarantine(h(5), true))...)
-	got, err = Billing(held, day1, day1.Add(24*time.Hour))
+	got, err = Report(held, day1, day1.Add(24*time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,17 +317,17 @@ func TestBillingEndsAnOutageWithItsLease(t *testing.T) {
 func TestBillingCountsNothingForALeaseWhoseBoundRecordIsMissing(t *testing.T) {
 	var evs []cloudevents.Event
 	for _, ev := range leaseLife(t, "tenant-c", "c1", h(-100), h(5)) {
-		if ev.Type() != Type("lease", "bound") {
+		if ev.Type() != event.Type("lease", "bound") {
 			evs = append(evs, ev)
 		}
 	}
-	got, err := Billing(shuffled(evs), day0, day1)
+	got, err := Report(shuffled(evs), day0, day1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	expect(t, usageOf(t, got), nil)
 	// Positive control: with its bound record, it bills to its release.
-	got, err = Billing(leaseLife(t, "tenant-c", "c1", h(-100), h(5)), day0, day1)
+	got, err = Report(leaseLife(t, "tenant-c", "c1", h(-100), h(5)), day0, day1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,22 +337,22 @@ func TestBillingCountsNothingForALeaseWhoseBoundRecordIsMissing(t *testing.T) {
 func TestBillingRefusesAnEmptyWindowAndForeignData(t *testing.T) {
 	evs := fleet(t)
 	for _, w := range [][2]time.Time{{day1, day0}, {day0, day0}} {
-		if _, err := Billing(evs, w[0], w[1]); err == nil || !strings.Contains(err.Error(), "is not after its start") {
+		if _, err := Report(evs, w[0], w[1]); err == nil || !strings.Contains(err.Error(), "is not after its start") {
 			t.Errorf("window %s..%s: %v", w[0], w[1], err)
 		}
 	}
 	foreign := cloudevents.New()
 	foreign.SetID("x/1")
-	foreign.SetType(Type("lease", "bound"))
+	foreign.SetType(event.Type("lease", "bound"))
 	foreign.SetSource("example")
 	if err := foreign.SetData("text/plain", "not json"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Billing(append(evs, foreign), day0, day1); err == nil || !strings.Contains(err.Error(), "x/1") {
+	if _, err := Report(append(evs, foreign), day0, day1); err == nil || !strings.Contains(err.Error(), "x/1") {
 		t.Errorf("a record whose data is not MacRack's: %v", err)
 	}
 	// Positive control: the same stream without it.
-	if _, err := Billing(evs, day0, day1); err != nil {
+	if _, err := Report(evs, day0, day1); err != nil {
 		t.Error(err)
 	}
 }

@@ -1,4 +1,4 @@
-package audit
+package journal
 
 import (
 	"strings"
@@ -8,12 +8,12 @@ import (
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 )
 
-// JournalLease appends the records a lease's status write carries: created
+// Lease appends the records a lease's status write carries: created
 // (its first write), each phase it enters, and each condition change. A
 // phase's record is timed by the timestamp the lease controller wrote for it
 // (boundAt, heldAt, releasedAt): a billing interval runs from the bound
 // record's time to the released record's.
-func JournalLease(before *leasingv1alpha1.MacNodeLeaseStatus, lease *leasingv1alpha1.MacNodeLease, now time.Time) (dropped int) {
+func Lease(before *leasingv1alpha1.MacNodeLeaseStatus, lease *leasingv1alpha1.MacNodeLease, now time.Time) (dropped int) {
 	return Append(&lease.Status.Audit, leaseRecords(before, lease, now)...)
 }
 

@@ -1,4 +1,7 @@
-package audit
+// Package billing sums each tenant's chassis-hours from the audit stream's
+// records: what `macrackctl billing report` prints, and what a billing
+// system's own consumer of the stream must compute alike.
+package billing
 
 import (
 	"fmt"
@@ -6,6 +9,8 @@ import (
 	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/boualleiguie/macrack-operator/internal/audit/event"
 )
 
 // Usage is one tenant's chassis time within a report's window.
@@ -31,10 +36,10 @@ type interval struct {
 	lease string
 }
 
-// Billing sums each tenant's billable chassis-hours over [from, to) from a
+// Report sums each tenant's billable chassis-hours over [from, to) from a
 // stream's records. It reads each id once, however often the stream holds
 // it.
-func Billing(events []cloudevents.Event, from, to time.Time) ([]Usage, error) {
+func Report(events []cloudevents.Event, from, to time.Time) ([]Usage, error) {
 	if !to.After(from) {
 		return nil, fmt.Errorf("the window's end %s is not after its start %s", to.Format(time.RFC3339), from.Format(time.RFC3339))
 	}
@@ -46,23 +51,23 @@ func Billing(events []cloudevents.Event, from, to time.Time) ([]Usage, error) {
 			continue
 		}
 		seen[ev.ID()] = true
-		var d Data
+		var d event.Data
 		if err := ev.DataAs(&d); err != nil {
 			return nil, fmt.Errorf("record %s: %w", ev.ID(), err)
 		}
 		switch ev.Type() {
-		case Type("lease", "bound"):
+		case event.Type("lease", "bound"):
 			l := upsert(leases, d.UID)
 			l.tenant, l.start = d.Namespace, attrTime(d, "boundAt", ev.Time())
-		case Type("lease", "released"):
+		case event.Type("lease", "released"):
 			l := upsert(leases, d.UID)
 			l.tenant, l.end = d.Namespace, attrTime(d, "releasedAt", ev.Time())
-		case Type("chassis", "quarantine.started"):
+		case event.Type("chassis", "quarantine.started"):
 			// An unleased chassis' outage is no tenant's: its tenant stays
 			// empty, and it counts nothing.
 			o := upsert(outages, d.Attributes["serial"]+"/"+d.Attributes["quarantinedAt"])
 			o.tenant, o.lease, o.start = d.Attributes["tenant"], d.Attributes["leaseUID"], attrTime(d, "quarantinedAt", ev.Time())
-		case Type("chassis", "quarantine.ended"):
+		case event.Type("chassis", "quarantine.ended"):
 			// Its tenant is the start's: a lease let go during the
 			// quarantine (one that needs a person, a retired chassis) has
 			// left no binding, and the end names no tenant.
@@ -147,7 +152,7 @@ func (iv *interval) within(l *interval) *interval {
 	return &out
 }
 
-func attrTime(d Data, key string, fallback time.Time) time.Time {
+func attrTime(d event.Data, key string, fallback time.Time) time.Time {
 	if t, err := time.Parse(time.RFC3339, d.Attributes[key]); err == nil {
 		return t
 	}
