@@ -18,7 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/event"
+	"github.com/boualleiguie/macrack-operator/internal/audit/sink"
 	"github.com/boualleiguie/macrack-operator/internal/logging"
 	"github.com/boualleiguie/macrack-operator/internal/operator"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
@@ -224,7 +225,7 @@ func run(log logr.Logger, opts options) error {
 	} else {
 		log.Info("No --kubelet-serving-ca-cert-file: the agents' kubelet serving certificate requests are neither approved nor signed")
 	}
-	sink, err := audit.Open(ctrl.LoggerInto(ctx, log.WithName("audit")), opts.auditSink, os.Stdout)
+	sink, err := sink.Open(ctrl.LoggerInto(ctx, log.WithName("audit")), opts.auditSink, os.Stdout)
 	if err != nil {
 		return err
 	}
@@ -243,7 +244,7 @@ func run(log logr.Logger, opts options) error {
 		MaxConcurrentReconciles: opts.maxConcurrentReconciles,
 		HeartbeatGrace:          opts.heartbeatInterval * time.Duration(opts.missedHeartbeats),
 		AuditSink:               sink,
-		AuditOrigin:             audit.Origin{Cluster: opts.clusterName},
+		AuditOrigin:             event.Origin{Cluster: opts.clusterName},
 		GitLabAllowedHosts:      splitList(opts.gitlabAllowedHosts),
 		KubeletServingCA:        servingCA,
 	}); err != nil {

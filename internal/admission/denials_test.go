@@ -8,7 +8,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/denial"
+	"github.com/boualleiguie/macrack-operator/internal/audit/event"
 )
 
 // TestEachRefusalGoesToTheAuditBufferAndAFullBufferCounts: a refused lease
@@ -18,7 +19,7 @@ import (
 func TestEachRefusalGoesToTheAuditBufferAndAFullBufferCounts(t *testing.T) {
 	v := validator(t)
 	dropped := 0
-	v.Denials = audit.NewDenials(1, func() { dropped++ })
+	v.Denials = denial.NewBuffer(1, func() { dropped++ })
 	leaseKind := metav1.GroupVersionKind{Group: "leasing.macrack.io", Version: "v1alpha1", Kind: "MacNodeLease"}
 	lease := func(d string) map[string]any {
 		return map[string]any{"apiVersion": "leasing.macrack.io/v1alpha1", "kind": "MacNodeLease",
@@ -46,11 +47,11 @@ func TestEachRefusalGoesToTheAuditBufferAndAFullBufferCounts(t *testing.T) {
 	if v.Denials.Len() != 1 || dropped != 1 {
 		t.Fatalf("a buffer of 1 after two refusals: %d buffered, %d dropped; want 1 and 1", v.Denials.Len(), dropped)
 	}
-	ev, err := audit.Origin{Cluster: "c"}.Denial(d)
+	ev, err := event.Origin{Cluster: "c"}.Denial(d)
 	if err != nil || ev.Type() != "io.macrack.denial.webhook" {
 		t.Fatalf("the denial as a record: %v %v", ev.Type(), err)
 	}
-	again, _ := audit.Origin{Cluster: "c"}.Denial(d)
+	again, _ := event.Origin{Cluster: "c"}.Denial(d)
 	if again.ID() != ev.ID() {
 		t.Fatalf("the same refusal made two ids: %s, %s", ev.ID(), again.ID())
 	}

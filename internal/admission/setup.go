@@ -16,7 +16,7 @@ import (
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/denial"
 	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/inventory"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
@@ -24,7 +24,7 @@ import (
 
 // Setup registers the webhooks on the manager's webhook server. The
 // inventory reads the manager's cache, whose indexes must be registered.
-func Setup(mgr ctrl.Manager, engine *policy.Engine, clk clock.PassiveClock, params policy.Params, metrics *Metrics, denials *audit.Denials) error {
+func Setup(mgr ctrl.Manager, engine *policy.Engine, clk clock.PassiveClock, params policy.Params, metrics *Metrics, denials *denial.Buffer) error {
 	if err := ctrl.NewWebhookManagedBy(mgr, &leasingv1alpha1.MacNodeLease{}).
 		WithDefaulter(LeaseDefaulter{}).
 		Complete(); err != nil {

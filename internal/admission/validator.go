@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/denial"
 	"github.com/boualleiguie/macrack-operator/internal/inventory"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 )
@@ -47,7 +47,7 @@ type PolicyValidator struct {
 	Params  policy.Params
 	Metrics *Metrics
 	// Denials, if set, takes each refusal for the audit stream.
-	Denials *audit.Denials
+	Denials *denial.Buffer
 	// Reservations, if set, decide each new instance exactly, on live
 	// reads and the lease's reservations, and record its admission.
 	Reservations *Reservations
@@ -95,7 +95,7 @@ func (v *PolicyValidator) Handle(ctx context.Context, req admission.Request) (re
 	for _, viol := range d.Violations {
 		msgs = append(msgs, viol.Message)
 		log.Info("Request denied", "rule", viol.Rule, "code", viol.Code, "revision", d.Revision)
-		v.Denials.Offer(audit.Denial{
+		v.Denials.Offer(denial.Denial{
 			Layer: "webhook", Rule: viol.Rule, Code: viol.Code, Revision: d.Revision, Message: viol.Message,
 			Kind: req.Kind.Kind, Namespace: req.Namespace, Name: req.Name,
 			Operation: string(req.Operation), User: req.UserInfo.Username, Key: string(req.UID), At: v.Clock.Now(),

@@ -14,7 +14,7 @@ import (
 
 	cloudevents "github.com/cloudevents/sdk-go/v2/event"
 
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/sink"
 )
 
 const auditUsage = `Read MacRack's audit stream: the CloudEvents 1.0 records of every lease,
@@ -114,7 +114,7 @@ func runAuditTail(ctx context.Context, e env, args []string) error {
 	const cmd = "audit tail"
 	fs := newFlagSet(cmd)
 	natsURL := fs.String("nats", "", "")
-	stream := fs.String("stream", audit.DefaultStream, "")
+	stream := fs.String("stream", sink.DefaultStream, "")
 	follow := fs.Bool("follow", false, "")
 	typ := fs.String("type", "", "")
 	output := textOutputFlag(fs)
@@ -135,7 +135,7 @@ func runAuditTail(ctx context.Context, e env, args []string) error {
 	if url == "" {
 		url = defaultAuditNATS
 	}
-	r, err := audit.OpenReader(ctx, url, *stream)
+	r, err := sink.OpenReader(ctx, url, *stream)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errInput, err)
 	}

@@ -18,7 +18,7 @@ import (
 	cloudevents "github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/sink"
 )
 
 // startNATS starts the real nats-server, with JetStream, on a free loopback
@@ -77,7 +77,7 @@ func startNATS(t *testing.T) string {
 func publish(t *testing.T, url, stream string, evs ...cloudevents.Event) {
 	t.Helper()
 	ctx := context.Background()
-	sink, err := audit.NewJetStream(ctx, audit.JetStreamOptions{URL: url, Stream: stream})
+	sink, err := sink.NewJetStream(ctx, sink.JetStreamOptions{URL: url, Stream: stream})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func publishCopy(t *testing.T, url string, ev cloudevents.Event) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.Publish(audit.SubjectPrefix+strings.TrimPrefix(ev.Type(), "io.macrack."), b, nats.MsgId(ev.ID()+"#late")); err != nil {
+	if _, err := js.Publish(sink.SubjectPrefix+strings.TrimPrefix(ev.Type(), "io.macrack."), b, nats.MsgId(ev.ID()+"#late")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -156,7 +156,7 @@ func TestAuditTailAndBillingReportAgainstARealNATSServer(t *testing.T) {
 	// The bound record is sent twice, as after a lost acknowledgement:
 	// JetStream's duplicate window drops the second copy.
 	publish(t, url, "", append(evs[:2:2], append([]cloudevents.Event{bound}, evs[2:]...)...)...)
-	if n := streamLen(t, url, audit.DefaultStream); n != uint64(len(evs)) {
+	if n := streamLen(t, url, sink.DefaultStream); n != uint64(len(evs)) {
 		t.Fatalf("the stream stores %d records, want %d: the duplicate window did not drop the copy", n, len(evs))
 	}
 
@@ -168,7 +168,7 @@ func TestAuditTailAndBillingReportAgainstARealNATSServer(t *testing.T) {
 		t.Errorf("audit tail printed %s %d times, want once", bound.ID(), n)
 	}
 
-	js := runCLI(t, "", "audit", "tail", "--nats", url, "--stream", audit.DefaultStream, "-o", "json")
+	js := runCLI(t, "", "audit", "tail", "--nats", url, "--stream", sink.DefaultStream, "-o", "json")
 	if js.code != 0 {
 		t.Fatalf("audit tail -o json: exit %d\n%s", js.code, js.stderr)
 	}
@@ -224,7 +224,7 @@ func TestAuditTailAndBillingReportAgainstARealNATSServer(t *testing.T) {
 	if n := strings.Count(twice.stdout, bound.ID()+"\n"); twice.code != 0 || n != 2 {
 		t.Errorf("after a late copy, audit tail printed %s %d times, want 2 (exit %d)", bound.ID(), n, twice.code)
 	}
-	again := runAt(t, afterTheDay, "", "billing", "report", "--from", billFrom, "--to", billTo, "--nats", url, "--stream", audit.DefaultStream)
+	again := runAt(t, afterTheDay, "", "billing", "report", "--from", billFrom, "--to", billTo, "--nats", url, "--stream", sink.DefaultStream)
 	if again.code != 0 || again.stdout != dayTable {
 		t.Errorf("billing report over a stream with a copy: exit %d\n%s\nwant:\n%s", again.code, again.stdout, dayTable)
 	}

@@ -14,7 +14,8 @@ import (
 
 	cloudevents "github.com/cloudevents/sdk-go/v2/event"
 
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/billing"
+	"github.com/boualleiguie/macrack-operator/internal/audit/sink"
 )
 
 const billingUsage = `Bill chassis time from MacRack's audit stream.
@@ -93,8 +94,8 @@ type BillingReport struct {
 	// Records is how many records were read, duplicates included.
 	Records int `json:"records"`
 	// Duplicates is how many of them repeated an id already read.
-	Duplicates int           `json:"duplicates"`
-	Usage      []audit.Usage `json:"usage"`
+	Duplicates int             `json:"duplicates"`
+	Usage      []billing.Usage `json:"usage"`
 }
 
 func runBillingReport(ctx context.Context, e env, args []string) error {
@@ -104,7 +105,7 @@ func runBillingReport(ctx context.Context, e env, args []string) error {
 	toFlag := fs.String("to", "", "")
 	natsURL := fs.String("nats", "", "")
 	file := fs.String("file", "", "")
-	stream := fs.String("stream", audit.DefaultStream, "")
+	stream := fs.String("stream", sink.DefaultStream, "")
 	nowFlag := fs.String("now", "", "")
 	output := textOutputFlag(fs)
 	pos, err := parseFlags(fs, cmd, args, e.stdout, billingReportUsage)
@@ -156,7 +157,7 @@ func runBillingReport(ctx context.Context, e env, args []string) error {
 	if to.After(now) && now.After(from) {
 		to = now
 	}
-	usage, err := audit.Billing(events, from, to)
+	usage, err := billing.Report(events, from, to)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errInput, err)
 	}
@@ -244,7 +245,7 @@ func readEventLines(e env, name string) ([]cloudevents.Event, error) {
 
 // readStream reads every record the stream holds.
 func readStream(ctx context.Context, url, stream string) ([]cloudevents.Event, error) {
-	r, err := audit.OpenReader(ctx, url, stream)
+	r, err := sink.OpenReader(ctx, url, stream)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errInput, err)
 	}
@@ -257,7 +258,7 @@ func readStream(ctx context.Context, url, stream string) ([]cloudevents.Event, e
 }
 
 // duplicates counts the records whose id an earlier record already had:
-// the ones audit.Billing skips.
+// the ones billing.Report skips.
 func duplicates(events []cloudevents.Event) int {
 	seen := make(map[string]bool, len(events))
 	n := 0
@@ -273,7 +274,7 @@ func duplicates(events []cloudevents.Event) int {
 func writeBillingTable(w io.Writer, r BillingReport) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TENANT\tLEASES\tCHASSIS-HOURS\tOUTAGE-HOURS")
-	var total audit.Usage
+	var total billing.Usage
 	for _, u := range r.Usage {
 		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\n", u.Tenant, u.Leases, u.ChassisHours, u.OutageHours)
 		total.Leases += u.Leases

@@ -15,7 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/billing"
+	"github.com/boualleiguie/macrack-operator/internal/audit/denial"
+	"github.com/boualleiguie/macrack-operator/internal/audit/event"
+	"github.com/boualleiguie/macrack-operator/internal/audit/sink"
 )
 
 // The billing window of these tests.
@@ -26,7 +29,7 @@ const (
 	billTo = "2026-06-02T00:00:00Z"
 )
 
-var auditOrigin = audit.Origin{Cluster: "eu-1"}
+var auditOrigin = event.Origin{Cluster: "eu-1"}
 
 func ts(s string) time.Time {
 	t, err := time.Parse(time.RFC3339, s)
@@ -95,7 +98,7 @@ func dayOfRecords(t *testing.T) []cloudevents.Event {
 	evs = append(evs, leaseEvents(t, "tenant-b", "b1", "2026-05-31T22:00:00Z", "2026-06-01T01:15:00Z")...)
 	evs = append(evs, quarantineEvents(t, "C02B1", "tenant-b", "b1", "2026-06-01T00:30:00Z", "2026-06-01T01:00:00Z")...)
 	evs = append(evs, leaseEvents(t, "tenant-platform", "p1", "2026-06-01T12:00:00Z", "2026-06-01T12:20:00Z")...)
-	d, err := auditOrigin.Denial(audit.Denial{Layer: "webhook", Rule: "lease.floor", Code: "LeaseTooShort", Kind: "MacNodeLease",
+	d, err := auditOrigin.Denial(denial.Denial{Layer: "webhook", Rule: "lease.floor", Code: "LeaseTooShort", Kind: "MacNodeLease",
 		Namespace: "tenant-a", Name: "short", Key: "req-1", At: ts("2026-06-01T03:00:00Z")})
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +118,7 @@ TOTAL            4       12.08          0.50
 func writeLines(t *testing.T, evs []cloudevents.Event, extra ...string) string {
 	t.Helper()
 	var buf bytes.Buffer
-	sink := audit.NewLines(&buf)
+	sink := sink.NewLines(&buf)
 	for _, ev := range evs {
 		if err := sink.Publish(context.Background(), ev); err != nil {
 			t.Fatal(err)
@@ -171,7 +174,7 @@ func TestBillingReportFromAFileWithDuplicates(t *testing.T) {
 	if rep.Records != 2*len(evs)+3 || rep.Duplicates != len(evs)+3 {
 		t.Errorf("records %d duplicates %d, want %d and %d", rep.Records, rep.Duplicates, 2*len(evs)+3, len(evs)+3)
 	}
-	want := []audit.Usage{
+	want := []billing.Usage{
 		{Tenant: "tenant-a", Leases: 2, ChassisHours: 10.5},
 		{Tenant: "tenant-b", Leases: 1, ChassisHours: 1.25, OutageHours: 0.5},
 		{Tenant: "tenant-platform", Leases: 1, ChassisHours: 1.0 / 3},
@@ -304,7 +307,7 @@ var afterTheDay = time.Date(2026, 6, 3, 0, 0, 0, 0, time.UTC)
 func TestAWindowIntoTheFutureIsBilledUpToNow(t *testing.T) {
 	bound := time.Date(2026, 6, 1, 10, 0, 0, 0, time.UTC)
 	lease := &metav1.ObjectMeta{Name: "mini", Namespace: "tenant-a", UID: "l-open"}
-	ev, err := audit.Origin{Cluster: "c"}.Event("lease", "macrack-lease", lease, fleetv1alpha1.AuditRecord{
+	ev, err := event.Origin{Cluster: "c"}.Event("lease", "macrack-lease", lease, fleetv1alpha1.AuditRecord{
 		Sequence: 2, Type: "bound", Time: metav1.NewTime(bound),
 		Attributes: map[string]string{"boundAt": bound.Format(time.RFC3339)},
 	})

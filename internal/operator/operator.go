@@ -26,7 +26,9 @@ import (
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	workloadsv1alpha1 "github.com/boualleiguie/macrack-operator/api/workloads/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/admission"
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/denial"
+	auditevent "github.com/boualleiguie/macrack-operator/internal/audit/event"
+	"github.com/boualleiguie/macrack-operator/internal/audit/sink"
 	"github.com/boualleiguie/macrack-operator/internal/cachewait"
 	"github.com/boualleiguie/macrack-operator/internal/fleetmetrics"
 	"github.com/boualleiguie/macrack-operator/internal/index"
@@ -74,9 +76,9 @@ type Options struct {
 	HeartbeatGrace time.Duration
 	// AuditSink takes the audit and billing stream; nil runs no exporter
 	// (the journals then fill, and drop, unexported).
-	AuditSink audit.Sink
+	AuditSink sink.Sink
 	// AuditOrigin names the cluster in the records' source.
-	AuditOrigin audit.Origin
+	AuditOrigin auditevent.Origin
 	// GitLabAllowedHosts, if set, are the only GitLab hosts a GitLabRunner
 	// may name; GitLabVerifyInterval is how often a runner's token is
 	// verified again (gitlabrunner.DefaultVerifyInterval if zero).
@@ -142,9 +144,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 			return fmt.Errorf("registering metrics: %w", err)
 		}
 	}
-	var denials *audit.Denials
+	var denials *denial.Buffer
 	if o.AuditSink != nil && !o.WebhooksOnly {
-		denials = audit.NewDenials(audit.DefaultDenialBuffer, auditMetrics.DropDenial)
+		denials = denial.NewBuffer(denial.DefaultBufferSize, auditMetrics.DropDenial)
 	}
 	identity := o.Params.OperatorUsername
 	if o.WebhooksOnly {

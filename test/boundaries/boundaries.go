@@ -1,6 +1,7 @@
 // Package boundaries checks the import rules that keep the host agent a
 // client of the Kubernetes API only, the policy package free of controller
-// code (DESIGN, "Boundaries"), and api/ free of anything under internal/.
+// code (DESIGN, "Boundaries"), api/ free of anything under internal/, and
+// the controllers that journal free of the audit stream's sinks.
 package boundaries
 
 import (
@@ -11,11 +12,15 @@ import (
 	"strings"
 )
 
-// Rule forbids packages matching Guarded from depending, directly or not, on
-// any package under Forbidden. Both are relative to the module path.
+// Rule forbids packages matching Guarded, other than those under Except,
+// from depending, directly or not, on any package under Forbidden (relative
+// to the module path) or under ForbiddenExternal (full import paths: other
+// modules).
 type Rule struct {
-	Guarded   []string
-	Forbidden []string
+	Guarded           []string
+	Except            []string
+	Forbidden         []string
+	ForbiddenExternal []string
 }
 
 // Rules are the repository's import boundaries.
@@ -40,6 +45,18 @@ var Rules = []Rule{
 		Guarded: []string{"internal/reconcile/gitlabrunner", "internal/gitlab"},
 		Forbidden: []string{"internal/policy", "internal/inventory", "internal/index", "internal/admission",
 			"internal/reconcile/intent", "internal/reconcile/lease", "internal/reconcile/node", "internal/reconcile/placement"},
+	},
+	{
+		// A controller or webhook journals a transition in its object, or
+		// offers a refusal to the denials' buffer; the exporter alone turns
+		// them into CloudEvents and publishes them. Linking a sink would put
+		// the JetStream client, its connection and its retries into every
+		// controller.
+		Guarded: []string{"internal/reconcile", "internal/admission"},
+		Except:  []string{"internal/reconcile/audit"},
+		Forbidden: []string{"internal/audit/sink", "internal/audit/event", "internal/audit/billing",
+			"internal/reconcile/audit"},
+		ForbiddenExternal: []string{"github.com/nats-io", "github.com/cloudevents"},
 	},
 }
 
@@ -69,23 +86,37 @@ func Check(dir string, rules []Rule) (violations []Violation, checked []string, 
 			return nil, nil, err
 		}
 		for _, pkg := range strings.Fields(out) {
+			if under(pkg, mod, r.Except) {
+				continue
+			}
 			checked = append(checked, pkg)
 			deps, err := goList(dir, "-deps", "-f", "{{.ImportPath}}", pkg)
 			if err != nil {
 				return nil, nil, err
 			}
 			for _, dep := range strings.Fields(deps) {
-				for _, f := range r.Forbidden {
-					prefix := mod + "/" + f
-					if dep == prefix || strings.HasPrefix(dep, prefix+"/") {
-						violations = append(violations, Violation{Package: pkg, Imports: dep})
-					}
+				if under(dep, mod, r.Forbidden) || under(dep, "", r.ForbiddenExternal) {
+					violations = append(violations, Violation{Package: pkg, Imports: dep})
 				}
 			}
 		}
 	}
 	sort.Strings(checked)
 	return violations, checked, nil
+}
+
+// under says whether pkg is one of prefixes, or below one, each relative
+// to mod (a full import path if mod is empty).
+func under(pkg, mod string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if mod != "" {
+			p = mod + "/" + p
+		}
+		if pkg == p || strings.HasPrefix(pkg, p+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 func goList(dir string, args ...string) (string, error) {

@@ -30,7 +30,8 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/event"
+	"github.com/boualleiguie/macrack-operator/internal/audit/journal"
 )
 
 // nopSink acknowledges every record.
@@ -58,11 +59,11 @@ func benchFleet(b *testing.B, n int, now time.Time) (client.WithWatch, []client.
 				Finalizers: []string{fleetv1alpha1.LeaseFinalizer, fleetv1alpha1.AuditFinalizer}},
 			Spec: leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: "m4", MinimumDuration: "24h"},
 		}
-		audit.JournalLease(&leasingv1alpha1.MacNodeLeaseStatus{}, l, now)
+		journal.Lease(&leasingv1alpha1.MacNodeLeaseStatus{}, l, now)
 		before := l.Status.DeepCopy()
 		l.Status.Phase, l.Status.BoundAt = leasingv1alpha1.LeaseBound, &metav1.Time{Time: now}
 		l.Status.Serial, l.Status.NodeName = fmt.Sprintf("C02B%08d", i), fmt.Sprintf("c02b%08d", i)
-		audit.JournalLease(before, l, now)
+		journal.Lease(before, l, now)
 		l.Status.Audit.ExportedSequence = l.Status.Audit.Next() - 1
 		objs = append(objs, l)
 		for _, s := range []string{"a", "b"} {
@@ -72,7 +73,7 @@ func benchFleet(b *testing.B, n int, now time.Time) (client.WithWatch, []client.
 				Spec:   computev1alpha1.MacOSInstanceSpec{LeaseName: l.Name, ImageName: "sequoia", CPU: 4},
 				Status: computev1alpha1.MacOSInstanceStatus{NodeName: l.Status.NodeName, Runtime: &computev1alpha1.RuntimeStatus{Phase: computev1alpha1.VMRunning}},
 			}
-			audit.JournalInstance(inst, now)
+			journal.Instance(inst, now)
 			inst.Status.Audit.ExportedSequence = inst.Status.Audit.Next() - 1
 			objs = append(objs, inst)
 		}
@@ -82,10 +83,10 @@ func benchFleet(b *testing.B, n int, now time.Time) (client.WithWatch, []client.
 			Finalizers: []string{fleetv1alpha1.LeaseFinalizer, fleetv1alpha1.AuditFinalizer}},
 		Spec: leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: "m4", MinimumDuration: "24h"},
 	}
-	audit.JournalLease(&leasingv1alpha1.MacNodeLeaseStatus{}, pending, now)
+	journal.Lease(&leasingv1alpha1.MacNodeLeaseStatus{}, pending, now)
 	before := pending.Status.DeepCopy()
 	pending.Status.Phase, pending.Status.BoundAt = leasingv1alpha1.LeaseBound, &metav1.Time{Time: now}
-	audit.JournalLease(before, pending, now)
+	journal.Lease(before, pending, now)
 	objs = append(objs, pending)
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
 		WithStatusSubresource(&leasingv1alpha1.MacNodeLease{}, &computev1alpha1.MacOSInstance{}).Build()
@@ -158,7 +159,7 @@ func BenchmarkExporterReconcile(b *testing.B) {
 				fc, _ := benchFleet(b, n, now)
 				var writes atomic.Int64
 				clk := clocktesting.NewFakeClock(now)
-				e := &Exporter{Client: dropWrites(fc, &writes), Clock: clk, Sink: nopSink{}, Origin: audit.Origin{Cluster: "bench"}, Metrics: NewMetrics()}
+				e := &Exporter{Client: dropWrites(fc, &writes), Clock: clk, Sink: nopSink{}, Origin: event.Origin{Cluster: "bench"}, Metrics: NewMetrics()}
 				e.gate = newGate(clk)
 				e.kinds = kinds()
 				req := ctrl.Request{NamespacedName: c.key(n)}

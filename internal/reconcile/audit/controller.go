@@ -33,7 +33,9 @@ import (
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/denial"
+	auditevent "github.com/boualleiguie/macrack-operator/internal/audit/event"
+	auditsink "github.com/boualleiguie/macrack-operator/internal/audit/sink"
 	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/finalizer"
 )
@@ -60,10 +62,10 @@ const FieldOwner = "macrack-audit"
 type Exporter struct {
 	Client client.Client
 	Clock  clock.Clock
-	Sink   audit.Sink
-	Origin audit.Origin
+	Sink   auditsink.Sink
+	Origin auditevent.Origin
 	// Denials, if set, is drained to the sink as well.
-	Denials *audit.Denials
+	Denials *denial.Buffer
 	Metrics *Metrics
 	// MaxConcurrentReconciles bounds each kind's parallel exports, each of
 	// one object: an object's records still go out in order.

@@ -22,7 +22,8 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/event"
+	"github.com/boualleiguie/macrack-operator/internal/audit/journal"
 )
 
 // sink records what it acknowledged, and refuses while down.
@@ -49,10 +50,10 @@ func leaseWithJournal(finalizers ...string) *leasingv1alpha1.MacNodeLease {
 		Spec:       leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: "m4", MinimumDuration: "24h"},
 	}
 	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
-	audit.JournalLease(&leasingv1alpha1.MacNodeLeaseStatus{}, l, now)
+	journal.Lease(&leasingv1alpha1.MacNodeLeaseStatus{}, l, now)
 	l.Status.Phase = leasingv1alpha1.LeaseBound
 	l.Status.BoundAt = &metav1.Time{Time: now}
-	audit.JournalLease(&leasingv1alpha1.MacNodeLeaseStatus{}, l, now)
+	journal.Lease(&leasingv1alpha1.MacNodeLeaseStatus{}, l, now)
 	return l
 }
 
@@ -62,7 +63,7 @@ func exporterFor(t *testing.T, s *sink, clk *clocktesting.FakeClock, objs ...cli
 	_ = leasingv1alpha1.AddToScheme(scheme)
 	_ = fleetv1alpha1.AddToScheme(scheme)
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(objs...).Build()
-	e := &Exporter{Client: c, Clock: clk, Sink: s, Origin: audit.Origin{Cluster: "test"}, Metrics: NewMetrics()}
+	e := &Exporter{Client: c, Clock: clk, Sink: s, Origin: event.Origin{Cluster: "test"}, Metrics: NewMetrics()}
 	e.gate = newGate(clk)
 	e.kinds = kinds()
 	return e, &kindReconciler{e: e, k: e.kinds[0]}, c
@@ -123,7 +124,7 @@ func TestADeletedLeaseGoesOnlyOnceEveryOtherFinalizerIsOffAndItsRecordsAreOut(t 
 		t.Fatalf("the lease went while the lease controller's finalizer was on: %v", err)
 	}
 	for _, id := range s.ids {
-		if id == audit.DeletedID("lease", "l-1") {
+		if id == event.DeletedID("lease", "l-1") {
 			t.Fatal("the deleted record went out while the lease controller could still journal")
 		}
 	}
@@ -135,7 +136,7 @@ func TestADeletedLeaseGoesOnlyOnceEveryOtherFinalizerIsOffAndItsRecordsAreOut(t 
 	if _, err := r.Reconcile(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
-	if last := s.ids[len(s.ids)-1]; last != audit.DeletedID("lease", "l-1") {
+	if last := s.ids[len(s.ids)-1]; last != event.DeletedID("lease", "l-1") {
 		t.Fatalf("last record %s, want the deleted record", last)
 	}
 	if err := c.Get(context.Background(), req.NamespacedName, got); err == nil {
@@ -229,9 +230,9 @@ func TestAReleasedLeaseGoesWithoutItsLastCursorWrite(t *testing.T) {
 		if _, err := r.Reconcile(context.Background(), req); err != nil {
 			t.Fatal(err)
 		}
-		want := []string{"lease/l-1/1", "lease/l-1/2", audit.DeletedID("lease", "l-1")}
+		want := []string{"lease/l-1/1", "lease/l-1/2", event.DeletedID("lease", "l-1")}
 		if restart {
-			want = []string{"lease/l-1/1", "lease/l-1/2", "lease/l-1/1", "lease/l-1/2", audit.DeletedID("lease", "l-1")}
+			want = []string{"lease/l-1/1", "lease/l-1/2", "lease/l-1/1", "lease/l-1/2", event.DeletedID("lease", "l-1")}
 		}
 		if !slices.Equal(s.ids, want) || cursorWrites != 0 {
 			t.Fatalf("restart %v: published %v with %d cursor writes; want %v and none", restart, s.ids, cursorWrites, want)
@@ -250,11 +251,11 @@ func TestADeletedChassisOrImageGoesOnlyOnceItsRecordsAreOut(t *testing.T) {
 	mn := &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: "c02a", UID: "n-1"},
 		Spec: fleetv1alpha1.MacNodeSpec{Serial: "C02A", NodeClassName: "m4"}}
 	mn.Status.Phase = fleetv1alpha1.MacNodeReady
-	audit.JournalChassis(&fleetv1alpha1.MacNodeStatus{}, mn, now)
+	journal.Chassis(&fleetv1alpha1.MacNodeStatus{}, mn, now)
 	img := &fleetv1alpha1.MacOSImage{ObjectMeta: metav1.ObjectMeta{Name: "sequoia", UID: "i-1"},
 		Spec: fleetv1alpha1.MacOSImageSpec{Source: "r.example/s@sha256:00"}}
 	img.Status.Resolved = &fleetv1alpha1.ResolvedImage{Digest: "sha256:00", MacOSVersion: "15.5"}
-	audit.JournalImage(&fleetv1alpha1.MacOSImageStatus{}, img, now)
+	journal.Image(&fleetv1alpha1.MacOSImageStatus{}, img, now)
 
 	for _, tc := range []struct {
 		kind string
@@ -299,7 +300,7 @@ func TestADeletedChassisOrImageGoesOnlyOnceItsRecordsAreOut(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if len(s.ids) < 2 || s.ids[0] != tc.kind+"/"+string(tc.obj.GetUID())+"/1" || s.ids[len(s.ids)-1] != audit.DeletedID(tc.kind, string(tc.obj.GetUID())) {
+			if len(s.ids) < 2 || s.ids[0] != tc.kind+"/"+string(tc.obj.GetUID())+"/1" || s.ids[len(s.ids)-1] != event.DeletedID(tc.kind, string(tc.obj.GetUID())) {
 				t.Fatalf("published %v, want its records then its deleted record", s.ids)
 			}
 			if err := c.Get(ctx, req.NamespacedName, got); err == nil {
@@ -336,7 +337,7 @@ func TestAnInstanceGoneUnderTheCacheIsNoError(t *testing.T) {
 					},
 				}).Build()
 			clk := clocktesting.NewFakeClock(now)
-			e := &Exporter{Client: c, Clock: clk, Sink: &sink{}, Origin: audit.Origin{Cluster: "test"}, Metrics: NewMetrics()}
+			e := &Exporter{Client: c, Clock: clk, Sink: &sink{}, Origin: event.Origin{Cluster: "test"}, Metrics: NewMetrics()}
 			e.gate = newGate(clk)
 			e.kinds = kinds()
 			var r *kindReconciler

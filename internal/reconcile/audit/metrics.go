@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/denial"
 )
 
 // Reasons a record was dropped.
@@ -122,7 +122,7 @@ type backlogCollector struct {
 	client  client.Client
 	clock   clock.PassiveClock
 	kinds   []*kind
-	denials *audit.Denials
+	denials *denial.Buffer
 	billed  *billed
 }
 

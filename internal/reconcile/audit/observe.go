@@ -6,7 +6,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/journal"
 )
 
 // observeInstance journals what moved on an instance since the exporter
@@ -16,5 +16,5 @@ func observeInstance(obj client.Object, now time.Time) int {
 	if !ok {
 		return 0
 	}
-	return audit.JournalInstance(inst, now)
+	return journal.Instance(inst, now)
 }

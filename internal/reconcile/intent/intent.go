@@ -11,7 +11,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/denial"
 	"github.com/boualleiguie/macrack-operator/internal/inventory"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 )
@@ -26,7 +26,7 @@ type Checker struct {
 	// Identity is the operator's username, as the API server sees it.
 	Identity string
 	// Denials, if set, takes each refusal for the audit stream.
-	Denials *audit.Denials
+	Denials *denial.Buffer
 }
 
 // StatusWrite decides the operator's write of obj's status over old. With
@@ -59,7 +59,7 @@ func (c Checker) StatusWrite(ctx context.Context, obj, old client.Object, inv ma
 		return d, fmt.Errorf("asking the policy about %s %s: %w", gvk.Kind, obj.GetName(), err)
 	}
 	for _, v := range d.Violations {
-		c.Denials.Offer(audit.Denial{
+		c.Denials.Offer(denial.Denial{
 			Layer: "reconciler", Rule: v.Rule, Code: v.Code, Revision: d.Revision, Message: v.Message,
 			Kind: gvk.Kind, Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: string(obj.GetUID()),
 			Operation: "UPDATE", User: c.Identity, Key: old.GetResourceVersion(), At: c.Clock.Now(),

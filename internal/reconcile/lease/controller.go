@@ -27,7 +27,7 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/journal"
 	"github.com/boualleiguie/macrack-operator/internal/conditions"
 	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/finalizer"
@@ -268,7 +268,7 @@ func (r *Reconciler) statusWriteRefused(ctx context.Context, req ctrl.Request, r
 // transitions themselves.
 func (r *Reconciler) journal(before *leasingv1alpha1.MacNodeLeaseStatus, s *scope, helper *patch.Helper) {
 	seq := s.lease.Status.Audit.Next()
-	dropped := audit.JournalLease(before, s.lease, s.now)
+	dropped := journal.Lease(before, s.lease, s.now)
 	if dropped > 0 && r.JournalDropped != nil {
 		r.JournalDropped(dropped)
 	}

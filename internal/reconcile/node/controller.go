@@ -35,7 +35,7 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/journal"
 	"github.com/boualleiguie/macrack-operator/internal/conditions"
 	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/index"
@@ -281,7 +281,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 // writes back a binding or a slot of the lease or placement controller.
 func (r *Reconciler) patchStatus(ctx context.Context, s *scope, before *fleetv1alpha1.MacNodeStatus, helper *patch.Helper) (bool, error) {
 	mn := s.node
-	if dropped := audit.JournalChassis(before, mn, s.now.Time); dropped > 0 && r.JournalDropped != nil {
+	if dropped := journal.Chassis(before, mn, s.now.Time); dropped > 0 && r.JournalDropped != nil {
 		r.JournalDropped(dropped)
 	}
 	if equality.Semantic.DeepEqual(before, &mn.Status) {
@@ -320,7 +320,7 @@ func (r *Reconciler) tellEvictions(ctx context.Context, mn *fleetv1alpha1.MacNod
 		return
 	}
 	for _, rec := range mn.Status.Audit.Records {
-		if rec.Sequence < from || rec.Type != audit.RecordEvicted {
+		if rec.Sequence < from || rec.Type != journal.RecordEvicted {
 			continue
 		}
 		img := &fleetv1alpha1.MacOSImage{}

@@ -23,7 +23,7 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/denial"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/intent"
@@ -180,7 +180,7 @@ func TestAChassisIsJudgedOnlyOnceItsFactsAreIn(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, c := reconciler(t, macNode(tc.facts), class())
-			r.Denials = audit.NewDenials(16, nil)
+			r.Denials = denial.NewBuffer(16, nil)
 			mn := run(t, r, c)
 			ready := meta.FindStatusCondition(mn.Status.Conditions, fleetv1alpha1.ConditionReady)
 			if mn.Status.Phase != tc.phase || ready == nil || ready.Reason != tc.ready {

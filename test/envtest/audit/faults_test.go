@@ -7,7 +7,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/sink"
 )
 
 // Each fault strikes mid-wave: leases are being bound, held and released,
@@ -18,7 +18,7 @@ var _ = Describe("The audit stream on a three-node JetStream, the stream at thre
 
 	It("stores every record once with a follower killed and restarted mid-wave", func() {
 		createChassis(3)
-		op := startOperator(audit.JetStreamOptions{})
+		op := startOperator(sink.JetStreamOptions{})
 		deletions := watchDeletions()
 		a, b := createLease("follower-a"), createLease("follower-b")
 		follower := others(streamLeader())[0]
@@ -44,7 +44,7 @@ var _ = Describe("The audit stream on a three-node JetStream, the stream at thre
 
 	It("stores every record once with the stream's leader killed mid-wave", func() {
 		createChassis(3)
-		op := startOperator(audit.JetStreamOptions{})
+		op := startOperator(sink.JetStreamOptions{})
 		deletions := watchDeletions()
 		a, b := createLease("leader-a"), createLease("leader-b")
 		Eventually(phaseOf(a)).Should(Equal(leasingv1alpha1.LeaseBound))
@@ -66,7 +66,7 @@ var _ = Describe("The audit stream on a three-node JetStream, the stream at thre
 
 	It("stores a record once when the leader dies after proposing it and before its PubAck, and the exporter re-sends it", func() {
 		createChassis(2)
-		op := startOperator(audit.JetStreamOptions{})
+		op := startOperator(sink.JetStreamOptions{})
 		deletions := watchDeletions()
 		a := createLease("inflight-a")
 		Eventually(phaseOf(a)).Should(Equal(leasingv1alpha1.LeaseBound))

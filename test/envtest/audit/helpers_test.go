@@ -24,14 +24,15 @@ import (
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/event"
+	"github.com/boualleiguie/macrack-operator/internal/audit/sink"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 	"github.com/boualleiguie/macrack-operator/test/natsserver"
 )
 
 const (
 	class  = "m4-audit"
-	stream = audit.DefaultStream
+	stream = sink.DefaultStream
 	// exporterName is the sink's NATS client name, which /connz shows.
 	exporterName = "macrack-audit"
 )
@@ -46,10 +47,10 @@ var running = map[*harness.Operator]bool{}
 // startOperator runs the operator, exporting into the cluster's stream at
 // three replicas; o adds to the sink's options. A spec that fails leaves
 // it to its cleanup to stop.
-func startOperator(o audit.JetStreamOptions) *harness.Operator {
+func startOperator(o sink.JetStreamOptions) *harness.Operator {
 	GinkgoHelper()
 	o.URL, o.Replicas = cluster.URL(), 3
-	sink, err := audit.NewJetStream(ctx, o)
+	sink, err := sink.NewJetStream(ctx, o)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(sink.Close)
 	op, err := env.StartOperator(harness.OperatorOptions{
@@ -225,7 +226,7 @@ func readStream() []cloudevents.Event {
 	GinkgoHelper()
 	var events []cloudevents.Event
 	Eventually(func() error {
-		r, err := audit.OpenReader(ctx, cluster.URL(), stream)
+		r, err := sink.OpenReader(ctx, cluster.URL(), stream)
 		if err != nil {
 			return err
 		}
@@ -350,10 +351,10 @@ func watchDeletions() *deletionWatch {
 }
 
 func (d *deletionWatch) check(l *leasingv1alpha1.MacNodeLease) {
-	want := []string{audit.DeletedID("lease", string(l.UID))}
+	want := []string{event.DeletedID("lease", string(l.UID))}
 	if l.Status.Audit != nil {
 		for seq := int64(1); seq < l.Status.Audit.NextSequence; seq++ {
-			want = append(want, audit.ID("lease", string(l.UID), seq))
+			want = append(want, event.ID("lease", string(l.UID), seq))
 		}
 	}
 	// One answer from the stream's leader is the answer: a record it
@@ -362,7 +363,7 @@ func (d *deletionWatch) check(l *leasingv1alpha1.MacNodeLease) {
 	var ids []string
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		r, err := audit.OpenReader(ctx, cluster.URL(), stream)
+		r, err := sink.OpenReader(ctx, cluster.URL(), stream)
 		if err == nil {
 			var events []cloudevents.Event
 			events, err = r.All(ctx)

@@ -15,7 +15,8 @@ import (
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/billing"
+	"github.com/boualleiguie/macrack-operator/internal/audit/sink"
 	"github.com/boualleiguie/macrack-operator/internal/cli"
 )
 
@@ -33,7 +34,7 @@ var _ = Describe("The audit stream, with the cluster down longer than the duplic
 		const window = time.Second
 		t0 := clockAt
 		chassis := createChassis(4)
-		op := startOperator(audit.JetStreamOptions{DuplicateWindow: window})
+		op := startOperator(sink.JetStreamOptions{DuplicateWindow: window})
 		deletions := watchDeletions()
 
 		By("binding two leases while the cluster is up")
@@ -67,7 +68,7 @@ var _ = Describe("The audit stream, with the cluster down longer than the duplic
 
 		By("restarting the operator in the middle of the outage")
 		stopOperator(op)
-		op = startOperator(audit.JetStreamOptions{DuplicateWindow: window})
+		op = startOperator(sink.JetStreamOptions{DuplicateWindow: window})
 		for range 3 {
 			op.Step(61*time.Second, early, late, during)
 			time.Sleep(200 * time.Millisecond)
@@ -118,7 +119,7 @@ var _ = Describe("The audit stream, with the cluster down longer than the duplic
 			b, err := json.Marshal(ev)
 			Expect(err).NotTo(HaveOccurred())
 			Eventually(func() error {
-				_, err := probe.Publish(ctx, audit.Subject(ev), b, jetstream.WithMsgID(ev.ID()))
+				_, err := probe.Publish(ctx, sink.Subject(ev), b, jetstream.WithMsgID(ev.ID()))
 				return err
 			}).WithTimeout(30*time.Second).Should(MatchError(ContainSubstring("maximum messages per subject exceeded")), "%s", ev.ID())
 		}
@@ -156,7 +157,7 @@ var _ = Describe("The audit stream, with the cluster down longer than the duplic
 		Expect(json.Unmarshal([]byte(out.String()), &report)).To(Succeed())
 		Expect(report.Records).To(Equal(len(events)))
 		Expect(report.Duplicates).To(BeZero())
-		billed := map[string]audit.Usage{}
+		billed := map[string]billing.Usage{}
 		for _, u := range report.Usage {
 			billed[u.Tenant] = u
 		}
@@ -167,7 +168,7 @@ var _ = Describe("The audit stream, with the cluster down longer than the duplic
 		}
 		// The same sums from a stream that held every record twice, as a
 		// consumer that deduplicates on the id reads it.
-		doubled, err := audit.Billing(append(events, events...), t0, to)
+		doubled, err := billing.Report(append(events, events...), t0, to)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(doubled).To(Equal(report.Usage))
 		stopOperator(op)

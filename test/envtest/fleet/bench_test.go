@@ -34,7 +34,7 @@ import (
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/sink"
 	"github.com/boualleiguie/macrack-operator/internal/enroll"
 	"github.com/boualleiguie/macrack-operator/internal/simfleet"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
@@ -173,7 +173,7 @@ func startBench(b *testing.B, n int) *bench {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = nats.Kill() })
-	sink, err := audit.Open(ctx, nats.URL(), io.Discard)
+	sink, err := sink.Open(ctx, nats.URL(), io.Discard)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -27,7 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/sink"
 	"github.com/boualleiguie/macrack-operator/internal/gitlab/gitlabtest"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 )
@@ -121,7 +121,7 @@ rules:
 	op, err = env.StartOperator(harness.OperatorOptions{
 		Start: time.Now(), Webhooks: true, MaxConcurrentReconciles: 4,
 		Log:       logger("operator"),
-		AuditSink: audit.NewLines(stream),
+		AuditSink: sink.NewLines(stream),
 	})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(harness.InstallAdmissionPolicies(ctx, admin, op.Engine, harness.OperatorNamespace, op.Params)).To(Succeed())

@@ -20,7 +20,7 @@ import (
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/admission"
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/sink"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 )
@@ -173,7 +173,7 @@ func killWhenBound(r *harness.OperatorProcess, class string, n int) <-chan kill 
 // sequence number, each id once (a redelivered id is the same record).
 func streamRecords() map[string]map[int64]string {
 	GinkgoHelper()
-	r, err := audit.OpenReader(ctx, stream.URL(), "")
+	r, err := sink.OpenReader(ctx, stream.URL(), "")
 	Expect(err).NotTo(HaveOccurred())
 	defer r.Close()
 	events, err := r.All(ctx)

@@ -25,7 +25,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	auditevent "github.com/boualleiguie/macrack-operator/internal/audit/event"
+	"github.com/boualleiguie/macrack-operator/internal/audit/sink"
 	"github.com/boualleiguie/macrack-operator/internal/enroll"
 	"github.com/boualleiguie/macrack-operator/internal/operator"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
@@ -83,7 +84,7 @@ type OperatorOptions struct {
 	// is older; zero disables the check.
 	HeartbeatGrace time.Duration
 	// AuditSink, if set, runs the audit exporter into it.
-	AuditSink audit.Sink
+	AuditSink sink.Sink
 	// Clock, if set, is the operator's clock in place of a fake one
 	// (Operator.Clock is nil then); Step steps it.
 	Clock SteppingClock
@@ -167,7 +168,7 @@ func (e *Env) StartOperator(o OperatorOptions) (*Operator, error) {
 		LeaseTicks: op.Ticks, NodeTicks: op.NodeTicks, Registerer: op.Registry,
 		WebhooksOnly: o.WebhooksOnly, PolicyNamespace: OperatorNamespace, HeartbeatGrace: o.HeartbeatGrace,
 		ApplyAdmissionPolicies: o.ApplyAdmissionPolicies,
-		AuditSink:              o.AuditSink, AuditOrigin: audit.Origin{Cluster: "envtest"},
+		AuditSink:              o.AuditSink, AuditOrigin: auditevent.Origin{Cluster: "envtest"},
 		KubeletServingCA: servingCA,
 	}); err != nil {
 		cancel()

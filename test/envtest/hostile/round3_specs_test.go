@@ -19,7 +19,7 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent/host"
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/event"
 	"github.com/boualleiguie/macrack-operator/internal/enroll"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 )
@@ -189,7 +189,7 @@ func expectHeldForItsRecords(obj client.Object, kind string) {
 		Expect(admin.Get(ctx, key, obj)).To(Succeed())
 		return obj.GetFinalizers()
 	}).Should(ContainElement(fleetv1alpha1.AuditFinalizer), "the exporter takes it in hand")
-	deleted := audit.DeletedID(kind, string(obj.GetUID()))
+	deleted := event.DeletedID(kind, string(obj.GetUID()))
 	stream.setDown(true)
 	DeferCleanup(func() { stream.setDown(false) })
 	Expect(admin.Delete(ctx, obj)).To(Succeed())

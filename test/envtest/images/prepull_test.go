@@ -15,7 +15,7 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent/images"
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/journal"
 	"github.com/boualleiguie/macrack-operator/internal/golden"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 )
@@ -192,10 +192,10 @@ var _ = Describe("A class's pre-pull, and eviction within the class's cache budg
 				HaveKeyWithValue("digest", digestOf(image)), HaveKeyWithValue("serial", a.Serial))))
 		}
 		Eventually(func() []fleetv1alpha1.AuditRecord { return macNode(a.Node).Status.Audit.Records }).Should(And(
-			ContainElement(copyRecord(audit.RecordReplicated, "img-lru-a")),
-			ContainElement(copyRecord(audit.RecordEvicted, "img-lru-a")),
-			ContainElement(copyRecord(audit.RecordReplicated, "img-lru-b"))))
-		Expect(macNode(a.Node).Status.Audit.Records).NotTo(ContainElement(copyRecord(audit.RecordEvicted, "img-lru-b")),
+			ContainElement(copyRecord(journal.RecordReplicated, "img-lru-a")),
+			ContainElement(copyRecord(journal.RecordEvicted, "img-lru-a")),
+			ContainElement(copyRecord(journal.RecordReplicated, "img-lru-b"))))
+		Expect(macNode(a.Node).Status.Audit.Records).NotTo(ContainElement(copyRecord(journal.RecordEvicted, "img-lru-b")),
 			"negative control: the booked golden was never evicted")
 
 		// The class still pre-pulls img-lru-a, but the booked golden is

@@ -20,7 +20,7 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/event"
 	"github.com/boualleiguie/macrack-operator/internal/conditions"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 )
@@ -191,7 +191,7 @@ var _ = Describe("The operator's metrics", Ordered, func() {
 		}
 		Expect(types).To(ContainElements("io.macrack.instance.created", "io.macrack.instance.placed", "io.macrack.instance.running",
 			"io.macrack.instance.stopped", "io.macrack.instance.wiped", "io.macrack.instance.deleted"))
-		var wiped audit.Data
+		var wiped event.Data
 		for _, ev := range byID {
 			if ev.Type() == "io.macrack.instance.wiped" {
 				Expect(ev.DataAs(&wiped)).To(Succeed())
@@ -200,7 +200,7 @@ var _ = Describe("The operator's metrics", Ordered, func() {
 		Expect(wiped.Attributes).To(HaveKey("method"))
 		Expect(wiped.Attributes["bytes"]).NotTo(BeEmpty())
 		Expect(wiped.Attributes["tenant"]).To(Equal(inst.Namespace))
-		var denial audit.Data
+		var denial event.Data
 		Expect(byID).To(HaveKey("denial"), "the refused 1h lease")
 		Expect(byID["denial"].DataAs(&denial)).To(Succeed())
 		Expect(denial.Attributes).To(HaveKeyWithValue("rule", "lease.floor"))

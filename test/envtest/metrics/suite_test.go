@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/sink"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 )
 
@@ -85,7 +85,7 @@ var _ = BeforeSuite(func() {
 	// The audit stream goes to the log, as the operator's default stdout
 	// sink would send it: its export metrics are part of every scrape.
 	op, err = env.StartOperator(harness.OperatorOptions{
-		Start: time.Now(), Webhooks: true, MaxConcurrentReconciles: 4, AuditSink: audit.NewLines(records),
+		Start: time.Now(), Webhooks: true, MaxConcurrentReconciles: 4, AuditSink: sink.NewLines(records),
 		Log: zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)).WithName("operator"),
 	})
 	Expect(err).NotTo(HaveOccurred())

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/event"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 )
 
@@ -84,7 +84,7 @@ func (m *memorySink) denialRules(subject string) []string {
 		if !strings.HasPrefix(ev.ID(), "denial/") || ev.Subject() != subject {
 			continue
 		}
-		var d audit.Data
+		var d event.Data
 		if err := json.Unmarshal(ev.Data(), &d); err == nil {
 			out = append(out, d.Attributes["rule"])
 		}

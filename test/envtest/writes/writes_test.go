@@ -23,7 +23,8 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
-	"github.com/boualleiguie/macrack-operator/internal/audit"
+	"github.com/boualleiguie/macrack-operator/internal/audit/event"
+	auditsink "github.com/boualleiguie/macrack-operator/internal/audit/sink"
 	"github.com/boualleiguie/macrack-operator/internal/conditions"
 	leasectrl "github.com/boualleiguie/macrack-operator/internal/reconcile/lease"
 	"github.com/boualleiguie/macrack-operator/internal/reconcile/node"
@@ -87,7 +88,7 @@ var _ = Describe("One lease's whole life, on a quiet cluster", Ordered, func() {
 		// The exporter on, as in a cluster: it journals the instance,
 		// publishes every record and writes each object's cursor.
 		op, err = env.StartOperator(harness.OperatorOptions{
-			Start: time.Now(), Webhooks: true, AuditSink: audit.NewLines(sink),
+			Start: time.Now(), Webhooks: true, AuditSink: auditsink.NewLines(sink),
 			Log: zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)).WithName("operator"),
 		})
 		Expect(err).NotTo(HaveOccurred())
@@ -396,7 +397,7 @@ var _ = Describe("One lease's whole life, on a quiet cluster", Ordered, func() {
 		for seq := 1; seq <= 12; seq++ {
 			Expect(ids).To(ContainElement(fmt.Sprintf("lease/%s/%d", uid, seq)))
 		}
-		Expect(ids).To(ContainElement(audit.DeletedID("lease", string(uid))))
+		Expect(ids).To(ContainElement(event.DeletedID("lease", string(uid))))
 	})
 })
 
