@@ -6,17 +6,30 @@
 #   is the ServiceAccount agent-<node> there; any other identity of the
 #   namespace may write nothing. On its Node: created only with exactly the
 #   macrack.io/unleased taint among macrack.io/ taints and no macrack.io/
-#   label or address; afterwards no change to macrack.io/ taints, labels or
-#   its addresses, and no delete: the operator writes every macrack.io/
-#   label of a Node, and its address, where the API server sends exec. On its MacNode: only status.reported changes. On instances placed
-#   on its node: only status.runtime and the macrack.io/disk-wipe finalizer
-#   change. Leases: only its own node Lease in kube-node-lease. Tokens: only
-#   for itself, for the API server's audiences, for at most 24 hours. Events:
-#   only about its own Node and MacNode. CertificateSigningRequests: only
-#   created, only of the signer macrack.io/kubelet-serving, and named
+#   label, address or Ready condition; afterwards no change to macrack.io/
+#   taints, labels, its addresses or its Ready condition, and no delete: the
+#   operator writes every macrack.io/ label of a Node, its address, where
+#   the API server sends exec, and its Ready condition True or False
+#   (kube-controller-manager writes Unknown); the agent's facts (capacity,
+#   kubelet port, other conditions) stay its own. On its MacNode: only
+#   status.reported changes. On instances placed on its node: only
+#   status.runtime and the macrack.io/disk-wipe finalizer change. Leases:
+#   only its own node Lease in kube-node-lease. Tokens: only for itself, for
+#   the API server's audiences, for at most 24 hours. Secrets: none of the
+#   type kubernetes.io/service-account-token, whose token never expires.
+#   Events: only about its own Node and MacNode. CertificateSigningRequests:
+#   only created, only of the signer macrack.io/kubelet-serving, and named
 #   kubelet-serving-<node>-<hash>: the operator approves one only for the
-#   agent's own Node and enrolled address.
+#   agent's own Node and enrolled address. Reviews, as its kubelet API
+#   checks its callers: TokenReviews, and SubjectAccessReviews only about
+#   its own Node; no LocalSubjectAccessReview.
 #   Requests from outside the agents' namespace are not concerned.
+#   Which layer proves what: the VAP and this rule both know an agent by its
+#   name alone (lib.is_agent_of), as neither reads an inventory here; the
+#   name is an enrolled chassis' because the operator creates
+#   agent-<serial> when it enrols the chassis, and deletes it on retirement.
+#   At the API server the VAP alone refuses: the webhook receives MacNodes
+#   and instances, and none of the core kinds.
 # custom:
 #   id: agent.scope
 #   kinds:
@@ -28,6 +41,10 @@
 #   - /Event
 #   - events.k8s.io/Event
 #   - certificates.k8s.io/CertificateSigningRequest
+#   - /Secret
+#   - authentication.k8s.io/TokenReview
+#   - authorization.k8s.io/SubjectAccessReview
+#   - authorization.k8s.io/LocalSubjectAccessReview
 #   engines: [rego, cel]
 #   params:
 #   - agentsNamespace: the namespace of the agents' ServiceAccounts
@@ -107,10 +124,18 @@ node_registration_problems contains "may not set its Node's addresses: the opera
 	count(object.get(lib.new, ["status", "addresses"], [])) > 0
 }
 
+node_registration_problems contains "may not set its Node's Ready condition: the operator writes it" if {
+	count(ready_conditions(lib.new)) > 0
+}
+
 node_update_problems contains "may not change macrack.io/ taints on its Node" if lib.macrack_taints(lib.new) != lib.macrack_taints(lib.old)
 
 node_update_problems contains "may not change its Node's addresses: the operator publishes the enrolled address" if {
 	object.get(lib.new, ["status", "addresses"], []) != object.get(lib.old, ["status", "addresses"], [])
+}
+
+node_update_problems contains "may not change its Node's Ready condition: the operator writes it" if {
+	ready_conditions(lib.new) != ready_conditions(lib.old)
 }
 
 node_update_problems contains sprintf("may not change macrack.io/ labels on its Node, not %s", [concat(", ", sort(keys))]) if {
@@ -120,6 +145,10 @@ node_update_problems contains sprintf("may not change macrack.io/ labels on its 
 	}
 	count(keys) > 0
 }
+
+# ready_conditions are o's conditions of type Ready, as written: a change
+# of any of their fields is a change.
+ready_conditions(o) := [c | some c in object.get(o, ["status", "conditions"], []); object.get(c, "type", "") == "Ready"]
 
 # macrack_labels are the keys of o's macrack.io/ labels.
 macrack_labels(o) := {k | some k, _ in object.get(o, ["metadata", "labels"], {}); startswith(k, "macrack.io/")}
@@ -220,6 +249,14 @@ token_within_bound(seconds) if {
 	seconds <= max_token_seconds
 }
 
+# Secrets: no ServiceAccount token Secret, whose token never expires (the
+# API server mints it for whichever ServiceAccount the Secret names): the
+# agent's tokens are TokenRequests, for itself and at most 24 hours.
+
+problems.Secret contains sprintf("may not write Secret %s/%s of the type kubernetes.io/service-account-token: its tokens are TokenRequests of at most 24 hours", [namespace, name]) if {
+	object.get(lib.new, "type", "") == "kubernetes.io/service-account-token"
+}
+
 # Events: only about its own Node and MacNode (core Events name their
 # subject involvedObject, events.k8s.io ones regarding).
 
@@ -259,3 +296,26 @@ problems.CertificateSigningRequest contains sprintf("may create only Certificate
 	lib.operation == "CREATE"
 	not startswith(name, concat("", ["kubelet-serving-", node, "-"]))
 }
+
+# Reviews: its kubelet API authenticates a caller's token with a
+# TokenReview, and asks a SubjectAccessReview about its own Node only
+# (resource nodes, the node's name, no namespace), as a kubelet does. Any
+# other review would let a compromised agent map who may do what.
+
+problems.SubjectAccessReview contains sprintf("may ask SubjectAccessReviews only about its own Node %s, as its kubelet API does", [node]) if {
+	not asks_about_own_node
+}
+
+# asks_about_own_node: the review is about the agent's own Node (resource
+# nodes of the core group, its name, no namespace), and about no path.
+asks_about_own_node if {
+	attrs := object.get(lib.new, ["spec", "resourceAttributes"], null)
+	is_object(attrs)
+	object.get(attrs, "group", "") == ""
+	object.get(attrs, "resource", "") == "nodes"
+	object.get(attrs, "name", "") == node
+	object.get(attrs, "namespace", "") == ""
+	object.get(lib.new, ["spec", "nonResourceAttributes"], null) == null
+}
+
+problems.LocalSubjectAccessReview contains "may not create a LocalSubjectAccessReview: its kubelet API asks only about its Node, which no namespace holds"
