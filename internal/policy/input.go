@@ -201,12 +201,6 @@ func resourceFor(gk schema.GroupKind) (schema.GroupResource, string, bool) {
 		return schema.GroupResource{Group: gk.Group, Resource: "certificatesigningrequests"}, "", true
 	case "/Secret":
 		return schema.GroupResource{Resource: "secrets"}, "", true
-	case "authentication.k8s.io/TokenReview":
-		return schema.GroupResource{Group: gk.Group, Resource: "tokenreviews"}, "", true
-	case "authorization.k8s.io/SubjectAccessReview":
-		return schema.GroupResource{Group: gk.Group, Resource: "subjectaccessreviews"}, "", true
-	case "authorization.k8s.io/LocalSubjectAccessReview":
-		return schema.GroupResource{Group: gk.Group, Resource: "localsubjectaccessreviews"}, "", true
 	}
 	return schema.GroupResource{}, "", false
 }

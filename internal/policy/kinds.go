@@ -21,8 +21,7 @@ func Namespaced(gk schema.GroupKind) (namespaced, ok bool) {
 	}
 	switch kindKey(gk) {
 	case "fleet.macrack.io/MacNodeClass", "fleet.macrack.io/MacNode", "fleet.macrack.io/MacOSImage",
-		"/Node", "certificates.k8s.io/CertificateSigningRequest",
-		"authentication.k8s.io/TokenReview", "authorization.k8s.io/SubjectAccessReview":
+		"/Node", "certificates.k8s.io/CertificateSigningRequest":
 		return false, true
 	}
 	return true, true

@@ -20,16 +20,16 @@
 #   Events: only about its own Node and MacNode. CertificateSigningRequests:
 #   only created, only of the signer macrack.io/kubelet-serving, and named
 #   kubelet-serving-<node>-<hash>: the operator approves one only for the
-#   agent's own Node and enrolled address. Reviews, as its kubelet API
-#   checks its callers: TokenReviews, and SubjectAccessReviews only about
-#   its own Node; no LocalSubjectAccessReview.
+#   agent's own Node and enrolled address.
 #   Requests from outside the agents' namespace are not concerned.
 #   Which layer proves what: the VAP and this rule both know an agent by its
 #   name alone (lib.is_agent_of), as neither reads an inventory here; the
-#   name is an enrolled chassis' because the operator creates
-#   agent-<serial> when it enrols the chassis, and deletes it on retirement.
-#   At the API server the VAP alone refuses: the webhook receives MacNodes
-#   and instances, and none of the core kinds.
+#   name is an enrolled chassis' because enrolment alone creates the
+#   ServiceAccount agent-<serial>. At the API server the VAP refuses every
+#   kind above; the webhook, which receives MacNodes and instances and no
+#   core kind, refuses those a second time. TokenReviews and
+#   SubjectAccessReviews are not here: the API server runs no admission on
+#   them, VAP or webhook, so RBAC alone decides who creates them.
 # custom:
 #   id: agent.scope
 #   kinds:
@@ -42,9 +42,6 @@
 #   - events.k8s.io/Event
 #   - certificates.k8s.io/CertificateSigningRequest
 #   - /Secret
-#   - authentication.k8s.io/TokenReview
-#   - authorization.k8s.io/SubjectAccessReview
-#   - authorization.k8s.io/LocalSubjectAccessReview
 #   engines: [rego, cel]
 #   params:
 #   - agentsNamespace: the namespace of the agents' ServiceAccounts
@@ -296,26 +293,3 @@ problems.CertificateSigningRequest contains sprintf("may create only Certificate
 	lib.operation == "CREATE"
 	not startswith(name, concat("", ["kubelet-serving-", node, "-"]))
 }
-
-# Reviews: its kubelet API authenticates a caller's token with a
-# TokenReview, and asks a SubjectAccessReview about its own Node only
-# (resource nodes, the node's name, no namespace), as a kubelet does. Any
-# other review would let a compromised agent map who may do what.
-
-problems.SubjectAccessReview contains sprintf("may ask SubjectAccessReviews only about its own Node %s, as its kubelet API does", [node]) if {
-	not asks_about_own_node
-}
-
-# asks_about_own_node: the review is about the agent's own Node (resource
-# nodes of the core group, its name, no namespace), and about no path.
-asks_about_own_node if {
-	attrs := object.get(lib.new, ["spec", "resourceAttributes"], null)
-	is_object(attrs)
-	object.get(attrs, "group", "") == ""
-	object.get(attrs, "resource", "") == "nodes"
-	object.get(attrs, "name", "") == node
-	object.get(attrs, "namespace", "") == ""
-	object.get(lib.new, ["spec", "nonResourceAttributes"], null) == null
-}
-
-problems.LocalSubjectAccessReview contains "may not create a LocalSubjectAccessReview: its kubelet API asks only about its Node, which no namespace holds"
