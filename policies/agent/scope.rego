@@ -24,8 +24,9 @@
 #   Requests from outside the agents' namespace are not concerned.
 #   Which layer proves what: the VAP and this rule both know an agent by its
 #   name alone (lib.is_agent_of), as neither reads an inventory here; the
-#   name is an enrolled chassis' because enrolment alone creates the
-#   ServiceAccount agent-<serial>. At the API server the VAP refuses every
+#   name is an enrolled chassis' because enrolment creates the
+#   ServiceAccount agent-<serial>, and neither could tell one that anyone
+#   else created there. At the API server the VAP refuses every
 #   kind above; the webhook, which receives MacNodes and instances and no
 #   core kind, refuses those a second time. TokenReviews and
 #   SubjectAccessReviews are not here: the API server runs no admission on
@@ -246,9 +247,10 @@ token_within_bound(seconds) if {
 	seconds <= max_token_seconds
 }
 
-# Secrets: no ServiceAccount token Secret, whose token never expires (the
-# API server mints it for whichever ServiceAccount the Secret names): the
-# agent's tokens are TokenRequests, for itself and at most 24 hours.
+# Secrets: no ServiceAccount token Secret, whose token never expires
+# (kube-controller-manager fills it for whichever ServiceAccount the Secret
+# names): the agent's tokens are TokenRequests, for itself and at most 24
+# hours.
 
 problems.Secret contains sprintf("may not write Secret %s/%s of the type kubernetes.io/service-account-token: its tokens are TokenRequests of at most 24 hours", [namespace, name]) if {
 	object.get(lib.new, "type", "") == "kubernetes.io/service-account-token"
