@@ -199,6 +199,8 @@ func resourceFor(gk schema.GroupKind) (schema.GroupResource, string, bool) {
 		return schema.GroupResource{Resource: "serviceaccounts"}, "token", true
 	case "certificates.k8s.io/CertificateSigningRequest":
 		return schema.GroupResource{Group: gk.Group, Resource: "certificatesigningrequests"}, "", true
+	case "/Secret":
+		return schema.GroupResource{Resource: "secrets"}, "", true
 	}
 	return schema.GroupResource{}, "", false
 }

@@ -48,6 +48,7 @@ func TestNamespacedAgreesWithTheCRDs(t *testing.T) {
 		{Kind: "Pod"}: true, {Kind: "Node"}: false, {Group: "coordination.k8s.io", Kind: "Lease"}: true,
 		{Group: "certificates.k8s.io", Kind: "CertificateSigningRequest"}: false,
 		{Group: "authentication.k8s.io", Kind: "TokenRequest"}:            true,
+		{Kind: "Secret"}: true,
 	} {
 		if got, ok := Namespaced(gk); !ok || got != want {
 			t.Errorf("Namespaced(%s) = %v, %v; want %v, true", gk, got, ok, want)

@@ -6,17 +6,31 @@
 #   is the ServiceAccount agent-<node> there; any other identity of the
 #   namespace may write nothing. On its Node: created only with exactly the
 #   macrack.io/unleased taint among macrack.io/ taints and no macrack.io/
-#   label or address; afterwards no change to macrack.io/ taints, labels or
-#   its addresses, and no delete: the operator writes every macrack.io/
-#   label of a Node, and its address, where the API server sends exec. On its MacNode: only status.reported changes. On instances placed
-#   on its node: only status.runtime and the macrack.io/disk-wipe finalizer
-#   change. Leases: only its own node Lease in kube-node-lease. Tokens: only
-#   for itself, for the API server's audiences, for at most 24 hours. Events:
-#   only about its own Node and MacNode. CertificateSigningRequests: only
-#   created, only of the signer macrack.io/kubelet-serving, and named
+#   label, address or Ready condition; afterwards no change to macrack.io/
+#   taints, labels, its addresses or its Ready condition, and no delete: the
+#   operator writes every macrack.io/ label of a Node, its address, where
+#   the API server sends exec, and its Ready condition True or False
+#   (kube-controller-manager writes Unknown); the agent's facts (capacity,
+#   kubelet port, other conditions) stay its own. On its MacNode: only
+#   status.reported changes. On instances placed on its node: only
+#   status.runtime and the macrack.io/disk-wipe finalizer change. Leases:
+#   only its own node Lease in kube-node-lease. Tokens: only for itself, for
+#   the API server's audiences, for at most 24 hours. Secrets: none of the
+#   type kubernetes.io/service-account-token, whose token never expires.
+#   Events: only about its own Node and MacNode. CertificateSigningRequests:
+#   only created, only of the signer macrack.io/kubelet-serving, and named
 #   kubelet-serving-<node>-<hash>: the operator approves one only for the
 #   agent's own Node and enrolled address.
 #   Requests from outside the agents' namespace are not concerned.
+#   Which layer proves what: the VAP and this rule both know an agent by its
+#   name alone (lib.is_agent_of), as neither reads an inventory here; the
+#   name is an enrolled chassis' because enrolment creates the
+#   ServiceAccount agent-<serial>, and neither could tell one that anyone
+#   else created there. At the API server the VAP refuses every
+#   kind above; the webhook, which receives MacNodes and instances and no
+#   core kind, refuses those a second time. TokenReviews and
+#   SubjectAccessReviews are not here: the API server runs no admission on
+#   them, VAP or webhook, so RBAC alone decides who creates them.
 # custom:
 #   id: agent.scope
 #   kinds:
@@ -28,6 +42,7 @@
 #   - /Event
 #   - events.k8s.io/Event
 #   - certificates.k8s.io/CertificateSigningRequest
+#   - /Secret
 #   engines: [rego, cel]
 #   params:
 #   - agentsNamespace: the namespace of the agents' ServiceAccounts
@@ -107,10 +122,18 @@ node_registration_problems contains "may not set its Node's addresses: the opera
 	count(object.get(lib.new, ["status", "addresses"], [])) > 0
 }
 
+node_registration_problems contains "may not set its Node's Ready condition: the operator writes it" if {
+	count(ready_conditions(lib.new)) > 0
+}
+
 node_update_problems contains "may not change macrack.io/ taints on its Node" if lib.macrack_taints(lib.new) != lib.macrack_taints(lib.old)
 
 node_update_problems contains "may not change its Node's addresses: the operator publishes the enrolled address" if {
 	object.get(lib.new, ["status", "addresses"], []) != object.get(lib.old, ["status", "addresses"], [])
+}
+
+node_update_problems contains "may not change its Node's Ready condition: the operator writes it" if {
+	ready_conditions(lib.new) != ready_conditions(lib.old)
 }
 
 node_update_problems contains sprintf("may not change macrack.io/ labels on its Node, not %s", [concat(", ", sort(keys))]) if {
@@ -120,6 +143,10 @@ node_update_problems contains sprintf("may not change macrack.io/ labels on its 
 	}
 	count(keys) > 0
 }
+
+# ready_conditions are o's conditions of type Ready, as written: a change
+# of any of their fields is a change.
+ready_conditions(o) := [c | some c in object.get(o, ["status", "conditions"], []); object.get(c, "type", "") == "Ready"]
 
 # macrack_labels are the keys of o's macrack.io/ labels.
 macrack_labels(o) := {k | some k, _ in object.get(o, ["metadata", "labels"], {}); startswith(k, "macrack.io/")}
@@ -218,6 +245,15 @@ problems.TokenRequest contains sprintf("may request tokens for at most %ds, not 
 token_within_bound(seconds) if {
 	is_number(seconds)
 	seconds <= max_token_seconds
+}
+
+# Secrets: no ServiceAccount token Secret, whose token never expires
+# (kube-controller-manager fills it for whichever ServiceAccount the Secret
+# names): the agent's tokens are TokenRequests, for itself and at most 24
+# hours.
+
+problems.Secret contains sprintf("may not write Secret %s/%s of the type kubernetes.io/service-account-token: its tokens are TokenRequests of at most 24 hours", [namespace, name]) if {
+	object.get(lib.new, "type", "") == "kubernetes.io/service-account-token"
 }
 
 # Events: only about its own Node and MacNode (core Events name their

@@ -185,6 +185,22 @@ var _ = Describe("agent.scope", Ordered, func() {
 			Expect(a.Get(ctx, client.ObjectKey{Name: nodeA}, n)).To(Succeed())
 			Expect(n.Status.Capacity.Name(host.VMResource, resource.DecimalSI).Value()).To(Equal(int64(2)))
 		})
+		It("may not change its Node's Ready condition, which the operator writes, and keeps its own facts", func() {
+			n := &corev1.Node{}
+			Expect(a.Get(ctx, client.ObjectKey{Name: nodeA}, n)).To(Succeed())
+			// A strategic merge patch keyed by type touches the Ready
+			// condition alone, whatever the operator wrote meanwhile.
+			for _, status := range []string{"True", "False", "Unknown"} {
+				patch := []byte(`{"status":{"conditions":[{"type":"Ready","status":"` + status + `","reason":"AgentSaysSo"}]}}`)
+				err := a.Status().Patch(ctx, n, client.RawPatch(types.StrategicMergePatchType, patch))
+				harness.ExpectPolicyDenial(err, "agent.scope")
+				Expect(err.Error()).To(ContainSubstring("may not change its Node's Ready condition"))
+			}
+			Expect(statusPatch(a, n, map[string]any{"status": map[string]any{
+				"daemonEndpoints": map[string]any{"kubeletEndpoint": map[string]any{"Port": 10252}}}})).To(Succeed(), "positive control: its own kubelet port")
+			_, err := host.Register(ctx, a, nodeA, 10250)
+			Expect(err).NotTo(HaveOccurred(), "positive control: the agent corrects its port and capacity beside the operator's Ready")
+		})
 		It("may not delete its Node", func() {
 			harness.ExpectRBACDenial(a.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeA}}), "delete", "nodes")
 		})
@@ -235,6 +251,12 @@ var _ = Describe("agent.scope", Ordered, func() {
 			Expect(a.SubResource("token").Create(ctx, own, &authenticationv1.TokenRequest{})).To(Succeed())
 			other := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: host.ServiceAccountName(nodeB), Namespace: agentsNamespace}}
 			harness.ExpectPolicyDenial(a.SubResource("token").Create(ctx, other, &authenticationv1.TokenRequest{}), "agent.scope")
+		})
+		It("may not create a ServiceAccount token Secret: RBAC refuses it before agent.scope", func() {
+			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "forged-token", Namespace: agentsNamespace,
+				Annotations: map[string]string{corev1.ServiceAccountNameKey: host.ServiceAccountName(nodeA)}},
+				Type: corev1.SecretTypeServiceAccountToken}
+			harness.ExpectRBACDenial(a.Create(ctx, secret), "create", "secrets")
 		})
 		It("may not list MacNodeLeases", func() {
 			harness.ExpectRBACDenial(a.List(ctx, &leasingv1alpha1.MacNodeLeaseList{}), "list", "macnodeleases")
