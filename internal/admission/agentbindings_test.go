@@ -50,7 +50,9 @@ func perAgent(node string) []client.Object {
 		return metav1.ObjectMeta{Name: enroll.LegacyBindingPrefix + node, Namespace: ns,
 			Labels: map[string]string{"app.kubernetes.io/part-of": "macrack", fleetv1alpha1.SerialLabel: node}}
 	}
-	ref := func(r string) rbacv1.RoleRef { return rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: r} }
+	ref := func(r string) rbacv1.RoleRef {
+		return rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: r}
+	}
 	return []client.Object{
 		&rbacv1.ClusterRoleBinding{ObjectMeta: meta(""), RoleRef: ref(enroll.AgentRole), Subjects: subjects},
 		&rbacv1.RoleBinding{ObjectMeta: meta(agentsNS), RoleRef: ref(enroll.AgentTokenRole), Subjects: subjects},

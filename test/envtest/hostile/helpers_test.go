@@ -155,7 +155,7 @@ type attack struct {
 	// outside: the attack writes outside what the agents' roles reach, so
 	// RBAC refuses it even to an identity of the agents' namespace.
 	outside bool
-	do             func(c client.Client, target leasedChassis) error
+	do      func(c client.Client, target leasedChassis) error
 }
 
 func attacks() []attack {
