@@ -22,12 +22,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/google/pprof/profile"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
@@ -44,6 +46,7 @@ const profileSeconds = 10
 const workers = 4
 
 func BenchmarkTenantAuthorization(b *testing.B) {
+	ctrl.SetLogger(logr.Discard())
 	for _, grant := range []string{"per-agent", "group"} {
 		for _, n := range []int{10, 1000} {
 			b.Run(fmt.Sprintf("%s/agents=%d", grant, n), func(b *testing.B) { measure(b, grant, n) })
