@@ -169,9 +169,9 @@ func (b *AgentRoleBinder) grant(ctx context.Context) error {
 		err := b.Reader.Get(ctx, client.ObjectKeyFromObject(want), live)
 		if apierrors.IsNotFound(err) {
 			if err := b.Client.Create(ctx, want); client.IgnoreAlreadyExists(err) != nil {
-				return fmt.Errorf("granting the agents' roles: creating %T %s: %w", want, client.ObjectKeyFromObject(want), err)
+				return fmt.Errorf("granting the agents' roles: creating %s %s: %w", kindOf(want), client.ObjectKeyFromObject(want), err)
 			}
-			log.Info("Granted the agents' roles to their namespace", "kind", fmt.Sprintf("%T", want), "binding", client.ObjectKeyFromObject(want))
+			log.Info("Granted the agents' roles to their namespace", "kind", kindOf(want), "name", want.GetName(), "namespace", want.GetNamespace())
 			continue
 		}
 		if err != nil {
@@ -185,7 +185,7 @@ func (b *AgentRoleBinder) grant(ctx context.Context) error {
 		if err := b.Client.Delete(ctx, live, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("replacing edited %s: %w", client.ObjectKeyFromObject(want), err)
 		}
-		log.Info("Replaced an edited agents' role binding", "binding", client.ObjectKeyFromObject(want))
+		log.Info("Replaced an edited agents' role binding", "kind", kindOf(want), "name", want.GetName(), "namespace", want.GetNamespace())
 	}
 	return nil
 }
@@ -204,7 +204,7 @@ func (b *AgentRoleBinder) revoke(ctx context.Context) error {
 		if err := b.Client.Delete(ctx, live); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("revoking the agents' roles: deleting %s: %w", client.ObjectKeyFromObject(o), err)
 		}
-		log.Info("Revoked the agents' roles: agent.scope or its binding is missing", "binding", client.ObjectKeyFromObject(o))
+		log.Info("Revoked the agents' roles: agent.scope or its binding is missing", "kind", kindOf(o), "name", o.GetName(), "namespace", o.GetNamespace())
 	}
 	return nil
 }
@@ -284,4 +284,12 @@ func sameGrant(want, live runtime.Object) bool {
 		return w.RoleRef == l.RoleRef && slices.Equal(w.Subjects, l.Subjects)
 	}
 	return false
+}
+
+// kindOf names a group binding's kind.
+func kindOf(o client.Object) string {
+	if _, ok := o.(*rbacv1.ClusterRoleBinding); ok {
+		return "ClusterRoleBinding"
+	}
+	return "RoleBinding"
 }

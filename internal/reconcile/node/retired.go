@@ -127,6 +127,6 @@ func (r *Reconciler) retireAgent(ctx context.Context, s *scope) error {
 	if err != nil {
 		return fmt.Errorf("deleting the agent ServiceAccount of retired chassis %s: %w", s.node.Name, err)
 	}
-	ctrl.LoggerFrom(ctx).Info("Deleted the agent ServiceAccount of a retired chassis", "serviceAccount", client.ObjectKeyFromObject(sa))
+	ctrl.LoggerFrom(ctx).Info("Deleted the agent ServiceAccount of a retired chassis", "ServiceAccount", client.ObjectKeyFromObject(sa))
 	return nil
 }
