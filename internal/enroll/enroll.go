@@ -14,10 +14,12 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -168,6 +170,35 @@ func GroupBindings(agentsNamespace string) []client.Object {
 		&rbacv1.RoleBinding{TypeMeta: metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "RoleBinding"},
 			ObjectMeta: meta(fleetv1alpha1.HeartbeatNamespace), RoleRef: role(AgentHeartbeatRole), Subjects: subjects},
 	}
+}
+
+// WaitForRoles waits, up to timeout, until RBAC lets node's agent request
+// its own token: until the operator has granted the agents' roles, which
+// it does only once agent.scope is in force. An agent started before then
+// is refused and exits (launchd starts it again 10 s later); a program that
+// starts agents itself waits here first. It asks, as c, with
+// SubjectAccessReviews, which RBAC answers from the same informers.
+func WaitForRoles(ctx context.Context, c client.Client, agentsNamespace, node string, timeout time.Duration) error {
+	sar := func() *authorizationv1.SubjectAccessReview {
+		return &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   "system:serviceaccount:" + agentsNamespace + ":" + fleetv1alpha1.AgentServiceAccountPrefix + node,
+			Groups: []string{"system:serviceaccounts", AgentsGroup(agentsNamespace), "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: agentsNamespace, Verb: "create",
+				Resource: "serviceaccounts", Subresource: "token", Name: fleetv1alpha1.AgentServiceAccountPrefix + node},
+		}}
+	}
+	var last *authorizationv1.SubjectAccessReview
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		last = sar()
+		if err := c.Create(ctx, last); err != nil {
+			return false, fmt.Errorf("asking whether %s's agent holds its roles: %w", node, err)
+		}
+		return last.Status.Allowed, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the agents' roles are not granted (is the operator running, with agent.scope?): %w", err)
+	}
+	return nil
 }
 
 // AgentRoles are the four roles GroupBindings grant.
