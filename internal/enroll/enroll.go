@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"regexp"
@@ -150,11 +151,7 @@ func AgentsGroup(agentsNamespace string) string {
 // its binding, and deletes them when either goes (admission.AgentRoleBinder).
 func GroupBindings(agentsNamespace string) []client.Object {
 	meta := func(namespace string) metav1.ObjectMeta {
-		labels := make(map[string]string, len(GroupBindingLabels))
-		for k, v := range GroupBindingLabels {
-			labels[k] = v
-		}
-		return metav1.ObjectMeta{Name: GroupBindingName, Namespace: namespace, Labels: labels}
+		return metav1.ObjectMeta{Name: GroupBindingName, Namespace: namespace, Labels: maps.Clone(GroupBindingLabels)}
 	}
 	subjects := []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: AgentsGroup(agentsNamespace)}}
 	role := func(r string) rbacv1.RoleRef {
@@ -187,13 +184,12 @@ func WaitForRoles(ctx context.Context, c client.Client, agentsNamespace, node st
 				Resource: "serviceaccounts", Subresource: "token", Name: fleetv1alpha1.AgentServiceAccountPrefix + node},
 		}}
 	}
-	var last *authorizationv1.SubjectAccessReview
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		last = sar()
-		if err := c.Create(ctx, last); err != nil {
+		review := sar()
+		if err := c.Create(ctx, review); err != nil {
 			return false, fmt.Errorf("asking whether %s's agent holds its roles: %w", node, err)
 		}
-		return last.Status.Allowed, nil
+		return review.Status.Allowed, nil
 	})
 	if err != nil {
 		return fmt.Errorf("the agents' roles are not granted (is the operator running, with agent.scope?): %w", err)
