@@ -301,6 +301,10 @@ N ?= 100
 bench-fleet: controlplane registry nats ## The fleet at scale (N minis, N leases, 2N instances): cold, release and warm waves; figures go in BENCHMARKS.md.
 	FLEET_N=$(N) go test -run '^$$' -bench BenchmarkFleet -benchtime=1x -timeout 180m ./test/envtest/fleet/
 
+.PHONY: bench-rbac
+bench-rbac: controlplane ## Issue 39: a tenant's request's RBAC cost (VisitRulesFor's share of kube-apiserver CPU), 10 vs 1,000 agents, per-agent vs group bindings.
+	go test -run '^$$' -bench '^BenchmarkTenantAuthorization$$' -benchtime=1x -count=3 -timeout 30m ./test/envtest/rbaccost/
+
 .PHONY: bench-runner
 bench-runner: controlplane registry nats ## Issue 18: a GitLabRunner on one sim chassis: queue-to-start warm and cold, jobs per hour.
 	go test -run '^$$' -bench BenchmarkGitLabRunner -benchtime=1x -timeout 30m ./test/envtest/gitlabrunner/

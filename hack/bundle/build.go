@@ -492,6 +492,10 @@ var nativeKinds = map[string]metav1.GroupVersionKind{
 	// authorized on: it needs the CertificateSigningRequest API.
 	"certificates.k8s.io/signers":               {Group: "certificates.k8s.io", Version: "v1", Kind: "CertificateSigningRequest"},
 	"authorization.k8s.io/subjectaccessreviews": {Group: "authorization.k8s.io", Version: "v1", Kind: "SubjectAccessReview"},
+	// The agents' group bindings (admission.AgentRoleBinder).
+	"rbac.authorization.k8s.io/clusterrolebindings": {Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRoleBinding"},
+	"rbac.authorization.k8s.io/rolebindings":        {Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "RoleBinding"},
+	"rbac.authorization.k8s.io/clusterroles":        {Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRole"},
 }
 
 func nativeAPIs(rules []rbacv1.PolicyRule, own map[string]bool) ([]metav1.GroupVersionKind, error) {

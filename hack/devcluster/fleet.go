@@ -132,6 +132,12 @@ func startFleet(ctx context.Context, env *envtest.Environment, root string, logs
 	if err := enrollAll(ctx, c, env, stateRoot, serials, addresses); err != nil {
 		return f, cleanup, err
 	}
+	// An agent refused at start exits, and devcluster would stop: wait
+	// until the operator has granted the agents' roles (once agent.scope
+	// is in force), as launchd would start the agent again until then.
+	if err := enroll.WaitForRoles(ctx, c, agentsNamespace, enroll.NodeName(serials[0]), time.Minute); err != nil {
+		return f, cleanup, err
+	}
 	if n > inProcessAbove {
 		log, err := logs.open("simfleet", "simfleet", true)
 		if err != nil {

@@ -32,8 +32,8 @@ const heartbeatPrecedence = 600
 // (BENCHMARKS.md), so a beat arrives late. Only the Leases of
 // kube-node-lease are matched, so that nothing else an agent sends jumps
 // the queue. The group matches every ServiceAccount of the agents'
-// namespace; what one that is not an enrolled agent may do there RBAC
-// refuses, after classification.
+// namespace, as the agents' roles do; what one that is not an enrolled
+// agent may write there agent.scope refuses, after classification.
 func HeartbeatFlowSchema(agentsNamespace string) *flowcontrolv1.FlowSchema {
 	return &flowcontrolv1.FlowSchema{
 		TypeMeta: metav1.TypeMeta{APIVersion: flowcontrolv1.SchemeGroupVersion.String(), Kind: "FlowSchema"},

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"regexp"
@@ -14,10 +15,12 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -51,7 +54,10 @@ type Options struct {
 func NodeName(serial string) string { return strings.ToLower(serial) }
 
 // Enroll creates (or finds) the MacNode and the agent's ServiceAccount, and
-// returns a kubeconfig for the agent against the server of cfg.
+// returns a kubeconfig for the agent against the server of cfg. It binds no
+// role: the operator grants the agents' roles to the whole agents'
+// namespace once agent.scope is in force (GroupBindings), so the agent's
+// requests are refused until then.
 func Enroll(ctx context.Context, c client.Client, cfg *rest.Config, o Options) ([]byte, error) {
 	if !serialPattern.MatchString(o.Serial) {
 		return nil, fmt.Errorf("%w: serial %q is not as Apple prints it (8 to 17 capital letters and digits)", ErrInvalid, o.Serial)
@@ -94,15 +100,6 @@ func Enroll(ctx context.Context, c client.Client, cfg *rest.Config, o Options) (
 	if err := c.Create(ctx, sa); client.IgnoreAlreadyExists(err) != nil {
 		return nil, fmt.Errorf("creating ServiceAccount %s/%s: %w", sa.Namespace, sa.Name, err)
 	}
-	owner := &fleetv1alpha1.MacNode{}
-	if err := c.Get(ctx, client.ObjectKey{Name: name}, owner); err != nil {
-		return nil, fmt.Errorf("getting MacNode %s: %w", name, err)
-	}
-	for _, b := range AgentBindings(owner, o.AgentsNamespace) {
-		if err := c.Create(ctx, b); client.IgnoreAlreadyExists(err) != nil {
-			return nil, fmt.Errorf("binding %s's roles: creating %T %s: %w", sa.Name, b, b.GetName(), err)
-		}
-	}
 	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(o.TokenTTL / time.Second))}}
 	if err := c.SubResource("token").Create(ctx, sa, tr); err != nil {
 		return nil, fmt.Errorf("requesting the bootstrap token: %w", err)
@@ -126,32 +123,82 @@ const (
 	AgentHeartbeatRole = "macrack-agent-heartbeat"
 )
 
-// AgentBindings are the bindings that make the ServiceAccount agent-<node>,
-// and no other identity of the agents' namespace, the agent of mn. The
-// MacNode owns them, so that deleting it revokes its agent. Per-agent
-// bindings, not one binding to the namespace's group: the namespace holds
-// other ServiceAccounts (kube-controller-manager creates `default` in every
-// namespace), and RBAC is the layer that holds even when the admission
-// policies are missing.
-func AgentBindings(mn *fleetv1alpha1.MacNode, agentsNamespace string) []client.Object {
-	name := "macrack-agent-" + mn.Name
+// GroupBindingName names the four bindings that grant the agents' roles,
+// each in its place, to the agents' namespace's group. Per-agent bindings
+// were named LegacyBindingPrefix+<node>.
+const (
+	GroupBindingName    = "macrack-agents"
+	LegacyBindingPrefix = "macrack-agent-"
+)
+
+// GroupBindingLabels mark the group bindings, which the operator keeps.
+var GroupBindingLabels = map[string]string{"app.kubernetes.io/part-of": "macrack", "app.kubernetes.io/component": "agent-roles"}
+
+// AgentsGroup is the group of every ServiceAccount of the agents' namespace.
+func AgentsGroup(agentsNamespace string) string {
+	return "system:serviceaccounts:" + agentsNamespace
+}
+
+// GroupBindings grant the agents' roles once, to every ServiceAccount of
+// the agents' namespace, rather than one binding per agent: the RBAC
+// authorizer visits every ClusterRoleBinding on every request in the
+// cluster, so per-agent bindings made each tenant's request cost grow with
+// the fleet. RBAC then cannot tell an enrolled agent-<node> from any other
+// identity of the namespace (the `default` ServiceAccount that
+// kube-controller-manager creates, or one an administrator adds): the
+// agent.scope policy does, and refuses every write of theirs. So the
+// operator creates these bindings only while it observes agent.scope and
+// its binding, and deletes them when either goes (admission.AgentRoleBinder).
+func GroupBindings(agentsNamespace string) []client.Object {
 	meta := func(namespace string) metav1.ObjectMeta {
-		return metav1.ObjectMeta{Name: name, Namespace: namespace,
-			Labels: map[string]string{"app.kubernetes.io/part-of": "macrack", fleetv1alpha1.SerialLabel: mn.Spec.Serial},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: fleetv1alpha1.GroupVersion.String(), Kind: "MacNode",
-				Name: mn.Name, UID: mn.UID}}}
+		return metav1.ObjectMeta{Name: GroupBindingName, Namespace: namespace, Labels: maps.Clone(GroupBindingLabels)}
 	}
-	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: fleetv1alpha1.AgentServiceAccountPrefix + mn.Name, Namespace: agentsNamespace}}
+	subjects := []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: AgentsGroup(agentsNamespace)}}
 	role := func(r string) rbacv1.RoleRef {
 		return rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: r}
 	}
 	return []client.Object{
-		&rbacv1.ClusterRoleBinding{ObjectMeta: meta(""), RoleRef: role(AgentRole), Subjects: subjects},
-		&rbacv1.RoleBinding{ObjectMeta: meta(agentsNamespace), RoleRef: role(AgentTokenRole), Subjects: subjects},
-		&rbacv1.RoleBinding{ObjectMeta: meta(EventsNamespace), RoleRef: role(AgentEventsRole), Subjects: subjects},
-		&rbacv1.RoleBinding{ObjectMeta: meta(fleetv1alpha1.HeartbeatNamespace), RoleRef: role(AgentHeartbeatRole), Subjects: subjects},
+		&rbacv1.ClusterRoleBinding{TypeMeta: metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "ClusterRoleBinding"},
+			ObjectMeta: meta(""), RoleRef: role(AgentRole), Subjects: subjects},
+		&rbacv1.RoleBinding{TypeMeta: metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "RoleBinding"},
+			ObjectMeta: meta(agentsNamespace), RoleRef: role(AgentTokenRole), Subjects: subjects},
+		&rbacv1.RoleBinding{TypeMeta: metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "RoleBinding"},
+			ObjectMeta: meta(EventsNamespace), RoleRef: role(AgentEventsRole), Subjects: subjects},
+		&rbacv1.RoleBinding{TypeMeta: metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "RoleBinding"},
+			ObjectMeta: meta(fleetv1alpha1.HeartbeatNamespace), RoleRef: role(AgentHeartbeatRole), Subjects: subjects},
 	}
 }
+
+// WaitForRoles waits, up to timeout, until RBAC lets node's agent request
+// its own token: until the operator has granted the agents' roles, which
+// it does only once agent.scope is in force. An agent started before then
+// is refused and exits (launchd starts it again 10 s later); a program that
+// starts agents itself waits here first. It asks, as c, with
+// SubjectAccessReviews, which RBAC answers from the same informers.
+func WaitForRoles(ctx context.Context, c client.Client, agentsNamespace, node string, timeout time.Duration) error {
+	sar := func() *authorizationv1.SubjectAccessReview {
+		return &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   "system:serviceaccount:" + agentsNamespace + ":" + fleetv1alpha1.AgentServiceAccountPrefix + node,
+			Groups: []string{"system:serviceaccounts", AgentsGroup(agentsNamespace), "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: agentsNamespace, Verb: "create",
+				Resource: "serviceaccounts", Subresource: "token", Name: fleetv1alpha1.AgentServiceAccountPrefix + node},
+		}}
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		review := sar()
+		if err := c.Create(ctx, review); err != nil {
+			return false, fmt.Errorf("asking whether %s's agent holds its roles: %w", node, err)
+		}
+		return review.Status.Allowed, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the agents' roles are not granted (is the operator running, with agent.scope?): %w", err)
+	}
+	return nil
+}
+
+// AgentRoles are the four roles GroupBindings grant.
+var AgentRoles = []string{AgentRole, AgentTokenRole, AgentEventsRole, AgentHeartbeatRole}
 
 // APIAudiences asks the API server for its token audiences: the audiences
 // it gives a token requested with none (it fills an empty spec.audiences

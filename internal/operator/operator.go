@@ -56,6 +56,9 @@ type Options struct {
 	Webhooks bool
 	// ApplyAdmissionPolicies applies the VAPs and their bindings at start-up.
 	ApplyAdmissionPolicies bool
+	// AgentRolesSettle is how long after agent.scope appears the agents'
+	// roles are granted; admission.DefaultAgentRolesSettle if zero.
+	AgentRolesSettle time.Duration
 	// PolicyNamespace is the operator's own: it holds the params ConfigMap
 	// the VAP bindings read, and the MacOSImages' pull Secrets.
 	PolicyNamespace string
@@ -236,6 +239,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		if err := admission.SetupSweeper(mgr, o.Clock); err != nil {
 			return fmt.Errorf("setting up the reservations' sweeper: %w", err)
 		}
+	}
+	// Whoever installed agent.scope, the agents' roles follow it.
+	if err := (&admission.AgentRoleBinder{
+		Client: mgr.GetClient(), Live: mgr.GetAPIReader(), AgentsNamespace: o.Params.AgentsNamespace, Settle: o.AgentRolesSettle,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the agents' role bindings: %w", err)
 	}
 	if o.ApplyAdmissionPolicies {
 		if err := (&admission.PolicyApplier{

@@ -34,6 +34,9 @@ var allowed = map[string][]string{
 	// runner.secret: the webhook asks whether a GitLabRunner's requester
 	// may get its token Secret (TestTheOperatorOnlyCreatesAccessReviews).
 	"authorization.k8s.io": {"subjectaccessreviews"},
+	// The agents' roles, granted once to their namespace's group while
+	// agent.scope is in force (TestTheOperatorBindsOnlyTheAgentsRoles).
+	"rbac.authorization.k8s.io": {"clusterrolebindings", "rolebindings", "clusterroles"},
 }
 
 func roles(t *testing.T) map[string]rbacv1.ClusterRole {
@@ -538,5 +541,36 @@ func TestTheEditRoleGainsNoRBAC(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestTheOperatorBindsOnlyTheAgentsRoles: the operator writes the agents'
+// group bindings, so it may create bindings; the API server lets it bind
+// only roles it holds or may `bind`, and it may `bind` the four agents'
+// roles only, and never escalate or write a role.
+func TestTheOperatorBindsOnlyTheAgentsRoles(t *testing.T) {
+	agents := []string{"macrack-agent", "macrack-agent-events", "macrack-agent-heartbeat", "macrack-agent-token"}
+	bind := false
+	for _, rule := range roles(t)["macrack-operator"].Rules {
+		if !contains(rule.APIGroups, "rbac.authorization.k8s.io") {
+			continue
+		}
+		for _, res := range rule.Resources {
+			if res != "clusterroles" && res != "roles" {
+				continue
+			}
+			if len(rule.Verbs) != 1 || rule.Verbs[0] != "bind" {
+				t.Errorf("the operator may %v %s; only bind", rule.Verbs, res)
+			}
+			got := slices.Clone(rule.ResourceNames)
+			slices.Sort(got)
+			if res != "clusterroles" || !slices.Equal(got, agents) {
+				t.Errorf("the operator may bind %s %v; only the ClusterRoles %v", res, rule.ResourceNames, agents)
+			}
+			bind = true
+		}
+	}
+	if !bind {
+		t.Error("the operator may bind no agents' role: the API server would refuse its group bindings")
 	}
 }

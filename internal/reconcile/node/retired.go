@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -31,6 +32,9 @@ const maxUnwipedDisks = 64
 func (r *Reconciler) reconcileRetired(ctx context.Context, s *scope) error {
 	if !s.node.Spec.Retired {
 		return nil
+	}
+	if err := r.retireAgent(ctx, s); err != nil {
+		return err
 	}
 	list := &computev1alpha1.MacOSInstanceList{}
 	if err := r.Client.List(ctx, list, client.MatchingFields{index.InstanceByNode: s.node.Name}); err != nil {
@@ -106,5 +110,23 @@ func (r *Reconciler) recordUnwiped(ctx context.Context, s *scope, stuck []comput
 		s.tell(corev1.EventTypeWarning, fleetv1alpha1.ReasonDiskLeftUnwiped, "BreakGlass",
 			fmt.Sprintf("Retired chassis %s: let instance %s/%s (%s) go without wiping its disk; destroy the SSD rather than reuse it", s.node.Spec.Serial, i.Namespace, i.Name, i.UID))
 	}
+	return nil
+}
+
+// retireAgent deletes the retired chassis' agent's ServiceAccount, which
+// revokes its tokens: its namespace holds the agents' roles, and an
+// identity there that is not enrolled may only read. Enrolling the chassis
+// again creates a new one.
+func (r *Reconciler) retireAgent(ctx context.Context, s *scope) error {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: r.Params.AgentsNamespace,
+		Name: fleetv1alpha1.AgentServiceAccountPrefix + s.node.Name}}
+	err := r.Client.Delete(ctx, sa)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deleting the agent ServiceAccount of retired chassis %s: %w", s.node.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Deleted the agent ServiceAccount of a retired chassis", "ServiceAccount", client.ObjectKeyFromObject(sa))
 	return nil
 }

@@ -23,19 +23,16 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent/host"
-	"github.com/boualleiguie/macrack-operator/internal/enroll"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 )
 
 // agentClient impersonates the host agent of node, as its ServiceAccount,
-// with the per-agent bindings enrolment writes.
+// which holds the agents' roles through the group bindings the operator
+// writes once agent.scope is in force.
 func agentClient(node string) client.Client {
 	GinkgoHelper()
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: host.ServiceAccountName(node), Namespace: agentsNamespace}}
 	Expect(client.IgnoreAlreadyExists(admin.Create(ctx, sa))).To(Succeed())
-	for _, b := range enroll.AgentBindings(macNode(node), agentsNamespace) {
-		Expect(client.IgnoreAlreadyExists(admin.Create(ctx, b))).To(Succeed())
-	}
 	c, err := env.ClientAsServiceAccount(agentsNamespace, sa.Name)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(harness.WaitAllowed(ctx, c, authorizationv1.ResourceAttributes{Verb: "create", Namespace: host.HeartbeatNamespace,

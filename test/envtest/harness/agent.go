@@ -105,6 +105,11 @@ func (e *Env) StartAgent(o AgentOptions) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	// As launchd would start it again until then: the operator grants the
+	// agents' roles once agent.scope is in force.
+	if err := enroll.WaitForRoles(ctx, e.Client, AgentsNamespace, enroll.NodeName(o.Serial), time.Minute); err != nil {
+		return nil, err
+	}
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
 	if err != nil {
 		return nil, err

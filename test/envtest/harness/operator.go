@@ -162,6 +162,14 @@ func (e *Env) StartOperator(o OperatorOptions) (*Operator, error) {
 		cancel()
 		return nil, err
 	}
+	// The operator grants the agents' roles only under agent.scope; a
+	// suite that applies no policies through the operator still has it.
+	if !o.ApplyAdmissionPolicies && !o.WebhooksOnly {
+		if err := InstallAgentScope(ctx, e.Client, engine, op.Params); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
 	if err := operator.Setup(ctx, mgr, operator.Options{
 		Engine: engine, Clock: op.clock, Params: op.Params,
 		Webhooks: o.Webhooks, MaxConcurrentReconciles: o.MaxConcurrentReconciles,

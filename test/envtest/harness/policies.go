@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/boualleiguie/macrack-operator/internal/admission"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 )
 
@@ -28,12 +29,37 @@ func InstallAdmissionPolicies(ctx context.Context, c client.Client, e *policy.En
 		return err
 	}
 	for _, ap := range aps {
-		if err := c.Create(ctx, ap.Policy); err != nil {
+		// StartOperator installs agent.scope already (InstallAgentScope).
+		if err := c.Create(ctx, ap.Policy); client.IgnoreAlreadyExists(err) != nil {
 			return fmt.Errorf("creating %s: %w", ap.Policy.Name, err)
 		}
-		if err := c.Create(ctx, ap.Binding); err != nil {
+		if err := c.Create(ctx, ap.Binding); client.IgnoreAlreadyExists(err) != nil {
 			return fmt.Errorf("creating binding %s: %w", ap.Binding.Name, err)
 		}
 	}
 	return nil
+}
+
+// InstallAgentScope creates agent.scope's ValidatingAdmissionPolicy and its
+// binding, unless they exist. The operator grants the agents' roles only
+// while it observes them (admission.AgentRoleBinder), so every suite whose
+// agents act has agent.scope in force, as a cluster has.
+func InstallAgentScope(ctx context.Context, c client.Client, e *policy.Engine, params policy.Params) error {
+	aps, err := e.AdmissionPolicies(params)
+	if err != nil {
+		return err
+	}
+	for _, ap := range aps {
+		if ap.Policy.Name != admission.AgentScopePolicyName {
+			continue
+		}
+		if err := c.Create(ctx, ap.Policy); client.IgnoreAlreadyExists(err) != nil {
+			return fmt.Errorf("creating %s: %w", ap.Policy.Name, err)
+		}
+		if err := c.Create(ctx, ap.Binding); client.IgnoreAlreadyExists(err) != nil {
+			return fmt.Errorf("creating binding %s: %w", ap.Binding.Name, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("no ValidatingAdmissionPolicy %s among the generated ones", admission.AgentScopePolicyName)
 }

@@ -48,7 +48,8 @@ func enrollChassis(class string) enrolled {
 		AgentsNamespace: agentsNamespace, TokenTTL: time.Hour})
 	Expect(err).NotTo(HaveOccurred())
 	e := enrolled{node: enroll.NodeName(serial), client: serviceAccountClient(agentsNamespace, host.ServiceAccountName(enroll.NodeName(serial)))}
-	// RBAC reads bindings from an informer: wait until the agent's are in force.
+	// The operator grants the agents' roles once agent.scope is in force, and
+	// RBAC reads bindings from an informer: wait until they are.
 	Eventually(func() error { _, err := host.Register(ctx, e.client, e.node, 0); return err }).Should(Succeed(),
 		"positive control: the enrolled agent registers its Node")
 	Eventually(func() error { return host.ReportFacts(ctx, e.client, e.node, harness.GoodFacts()) }).Should(Succeed(),
@@ -149,31 +150,34 @@ func mergePatch(patch map[string]any) client.Patch {
 // writes are the attacks of the review on a leased chassis, as c.
 type attack struct {
 	name string
-	// verb and resource name what RBAC refuses.
-	verb, resource string
-	do             func(c client.Client, target leasedChassis) error
+	// verb, resource and namespace name what RBAC checks.
+	verb, resource, namespace string
+	// outside: the attack writes outside what the agents' roles reach, so
+	// RBAC refuses it even to an identity of the agents' namespace.
+	outside bool
+	do      func(c client.Client, target leasedChassis) error
 }
 
 func attacks() []attack {
 	return []attack{
-		{"mint a token for the operator's ServiceAccount", "create", "serviceaccounts/token", func(c client.Client, _ leasedChassis) error {
+		{"mint a token for the operator's ServiceAccount", "create", "serviceaccounts/token", harness.OperatorNamespace, true, func(c client.Client, _ leasedChassis) error {
 			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: operatorServiceAccount, Namespace: harness.OperatorNamespace}}
 			return c.SubResource("token").Create(ctx, sa, tokenRequest(3600))
 		}},
-		{"mint a token for the leased chassis' agent", "create", "serviceaccounts/token", func(c client.Client, t leasedChassis) error {
+		{"mint a token for the leased chassis' agent", "create", "serviceaccounts/token", agentsNamespace, false, func(c client.Client, t leasedChassis) error {
 			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: host.ServiceAccountName(t.lease.Status.NodeName), Namespace: agentsNamespace}}
 			return c.SubResource("token").Create(ctx, sa, tokenRequest(3600))
 		}},
-		{"replace the leased Node's taints", "patch", "nodes", func(c client.Client, t leasedChassis) error {
+		{"replace the leased Node's taints", "patch", "nodes", "", false, func(c client.Client, t leasedChassis) error {
 			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: t.lease.Status.NodeName}}
 			return c.Patch(ctx, n, mergePatch(map[string]any{"spec": map[string]any{"taints": []any{
 				map[string]any{"key": host.UnleasedKey, "effect": "NoSchedule"}}}}))
 		}},
-		{"clear the leased MacNode's slots", "patch", "macnodes/status", func(c client.Client, t leasedChassis) error {
+		{"clear the leased MacNode's slots", "patch", "macnodes/status", "", false, func(c client.Client, t leasedChassis) error {
 			mn := &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: t.lease.Status.NodeName}}
 			return c.Status().Patch(ctx, mn, mergePatch(map[string]any{"status": map[string]any{"slots": nil}}))
 		}},
-		{"stop the tenant's VM", "patch", "macosinstances/status", func(c client.Client, t leasedChassis) error {
+		{"stop the tenant's VM", "patch", "macosinstances/status", "", false, func(c client.Client, t leasedChassis) error {
 			return c.Status().Patch(ctx, t.inst.DeepCopy(), mergePatch(map[string]any{"status": map[string]any{
 				"runtime": map[string]any{"phase": string(computev1alpha1.VMStopped)}}}))
 		}},

@@ -17,6 +17,7 @@ import (
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent/host"
+	"github.com/boualleiguie/macrack-operator/internal/enroll"
 	"github.com/boualleiguie/macrack-operator/internal/policy"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 )
@@ -51,13 +52,36 @@ var _ = Describe("identities", Ordered, ContinueOnFailure, func() {
 	})
 
 	Context("another ServiceAccount of the agents' namespace", func() {
-		It("can write nothing and request no token: RBAC refuses", func() {
+		It("holds the agents' roles through the one group binding, and no per-agent binding is left", func() {
+			crb := &rbacv1.ClusterRoleBinding{}
+			Expect(admin.Get(ctx, client.ObjectKey{Name: enroll.GroupBindingName}, crb)).To(Succeed())
+			Expect(crb.RoleRef.Name).To(Equal(enroll.AgentRole))
+			Expect(crb.Subjects).To(ConsistOf(HaveField("Name", enroll.AgentsGroup(agentsNamespace))))
+			all := &rbacv1.ClusterRoleBindingList{}
+			Expect(admin.List(ctx, all)).To(Succeed())
+			for _, b := range all.Items {
+				Expect(b.Name).NotTo(HavePrefix(enroll.LegacyBindingPrefix), "a per-agent binding is left")
+			}
+			sa := &corev1.ServiceAccount{}
+			Eventually(func() *bool {
+				Expect(admin.Get(ctx, client.ObjectKey{Namespace: agentsNamespace, Name: "default"}, sa)).To(Succeed())
+				return sa.AutomountServiceAccountToken
+			}).Should(HaveValue(BeFalse()), "the operator turns off the default ServiceAccount's token automount")
+		})
+
+		It("can write nothing and request no token: agent.scope refuses what RBAC grants the namespace, RBAC the rest", func() {
 			for _, at := range attacks() {
 				By(at.name)
-				harness.ExpectRBACDenial(at.do(stranger, leased), at.verb, at.resource)
+				if at.outside {
+					harness.ExpectRBACDenial(at.do(stranger, leased), at.verb, at.resource)
+					continue
+				}
+				// RBAC allows it, so the refusal below is the policy's.
+				Expect(harness.WaitAllowed(ctx, stranger, resourceAttributes(at))).To(Succeed())
+				harness.ExpectPolicyDenial(at.do(stranger, leased), "agent.scope")
 			}
 			self := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: agentsNamespace}}
-			harness.ExpectRBACDenial(stranger.SubResource("token").Create(ctx, self, tokenRequest(3600)), "create", "serviceaccounts/token")
+			harness.ExpectPolicyDenial(stranger.SubResource("token").Create(ctx, self, tokenRequest(3600)), "agent.scope")
 		})
 
 		It("positive control: the chassis' own agent does its routine writes", func() {
@@ -68,9 +92,9 @@ var _ = Describe("identities", Ordered, ContinueOnFailure, func() {
 				"runtime": map[string]any{"phase": string(computev1alpha1.VMRunning)}}}))).To(Succeed())
 		})
 
-		It("is refused by agent.scope alone when an administrator grants it the agents' roles", func() {
+		It("is refused by agent.scope alone when an administrator grants it more", func() {
 			// A careless administrator binds the agents' roles to the whole
-			// namespace, as installs did before per-agent bindings.
+			// namespace once more, and tokens for every ServiceAccount.
 			group := rbacv1.Subject{Kind: "Group", APIGroup: rbacv1.GroupName, Name: "system:serviceaccounts:" + agentsNamespace}
 			careless := []client.Object{
 				&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "careless-agents"},
@@ -216,7 +240,7 @@ var _ = Describe("identities", Ordered, ContinueOnFailure, func() {
 
 // resourceAttributes is what RBAC checks for an attack.
 func resourceAttributes(at attack) authorizationv1.ResourceAttributes {
-	attrs := authorizationv1.ResourceAttributes{Verb: at.verb}
+	attrs := authorizationv1.ResourceAttributes{Verb: at.verb, Namespace: at.namespace}
 	switch at.resource {
 	case "serviceaccounts/token":
 		attrs.Resource, attrs.Subresource = "serviceaccounts", "token"

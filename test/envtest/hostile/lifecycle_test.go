@@ -16,6 +16,7 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/agent/host"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 )
 
@@ -215,10 +216,15 @@ var _ = Describe("a retired chassis", Ordered, ContinueOnFailure, func() {
 		inst := leased.inst.DeepCopy()
 		takeInHand(b, inst)
 
+		agentSA := client.ObjectKey{Namespace: agentsNamespace, Name: host.ServiceAccountName(b.node)}
+		Expect(admin.Get(ctx, agentSA, &corev1.ServiceAccount{})).To(Succeed(), "positive control: the agent's ServiceAccount, before")
+
 		By("an administrator retires the chassis, whose Mac is dead")
 		Expect(admin.Patch(ctx, &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: b.node}},
 			mergePatch(map[string]any{"spec": map[string]any{"retired": true}}))).To(Succeed())
 		Eventually(func() fleetv1alpha1.MacNodePhase { return macNode(b.node).Status.Phase }).Should(Equal(fleetv1alpha1.MacNodeRetired))
+		Eventually(func() bool { return apierrors.IsNotFound(admin.Get(ctx, agentSA, &corev1.ServiceAccount{})) }).Should(BeTrue(),
+			"the retired chassis' agent loses its ServiceAccount, and with it its tokens")
 		err := admin.Patch(ctx, &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: b.node}},
 			mergePatch(map[string]any{"spec": map[string]any{"retired": false}}))
 		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "the schema refuses to undo a retirement: %v", err)

@@ -114,10 +114,10 @@ var _ = Describe("the agents' heartbeats", Ordered, ContinueOnFailure, func() {
 			"create", "leases")
 		Expect(trec.last()).NotTo(Or(BeEmpty(), Equal(fs.UID)))
 
-		By("another ServiceAccount of the agents' namespace is classified as an agent, and RBAC refuses it")
+		By("another ServiceAccount of the agents' namespace is classified as an agent; it holds the agents' roles, and agent.scope refuses it")
 		stranger, srec := serviceAccountClassified("default")
-		harness.ExpectRBACDenial(stranger.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: enroll.NodeName(harness.NewSerial()), Namespace: host.HeartbeatNamespace}}),
-			"create", "leases")
+		harness.ExpectPolicyDenial(stranger.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: enroll.NodeName(harness.NewSerial()), Namespace: host.HeartbeatNamespace}}),
+			"agent.scope")
 		Expect(srec.last()).To(Equal(fs.UID))
 	})
 
