@@ -30,6 +30,11 @@ func Setup(mgr ctrl.Manager, engine *policy.Engine, clk clock.PassiveClock, para
 		Complete(); err != nil {
 		return err
 	}
+	if err := ctrl.NewWebhookManagedBy(mgr, &computev1alpha1.MacOSInstance{}).
+		WithDefaulter(InstanceDefaulter{}).
+		Complete(); err != nil {
+		return err
+	}
 	mgr.GetWebhookServer().Register(ValidatePath, &webhook.Admission{Handler: &PolicyValidator{
 		Engine:       engine,
 		Inventory:    inventory.Builder{Reader: mgr.GetCache()},
