@@ -29,14 +29,19 @@ const DefaultMinimumDuration = "24h"
 // this, or one a tenant took macrack.io/lease off before it was bound.
 // From the create on, the policies hold them as they held the controllers'
 // (audit.finalizer at any time, lease.release until earliestReleaseAt).
-type LeaseDefaulter struct{}
+type LeaseDefaulter struct {
+	// Finalizers are those of the controllers that run in this operator
+	// (see Finalizers), which take them off again: a finalizer nobody
+	// removes would hold a deleted lease for ever.
+	Finalizers []string
+}
 
 // Default implements admission.Defaulter.
-func (LeaseDefaulter) Default(_ context.Context, lease *leasingv1alpha1.MacNodeLease) error {
+func (d LeaseDefaulter) Default(_ context.Context, lease *leasingv1alpha1.MacNodeLease) error {
 	if lease.Spec.MinimumDuration == "" {
 		lease.Spec.MinimumDuration = DefaultMinimumDuration
 	}
-	addFinalizers(lease, fleetv1alpha1.LeaseFinalizer, fleetv1alpha1.AuditFinalizer)
+	addFinalizers(lease, d.Finalizers...)
 	return nil
 }
 
@@ -49,12 +54,36 @@ func (LeaseDefaulter) Default(_ context.Context, lease *leasingv1alpha1.MacNodeL
 // extends a list that exists. The exporter still adds it if it is missing.
 // macrack.io/disk-wipe stays the agent's to add once it runs the instance:
 // an instance never placed has no disk, and no agent that could remove it.
-type InstanceDefaulter struct{}
+type InstanceDefaulter struct {
+	// Finalizers are those of the controllers that run, as the lease's.
+	Finalizers []string
+}
 
 // Default implements admission.Defaulter.
-func (InstanceDefaulter) Default(_ context.Context, inst *computev1alpha1.MacOSInstance) error {
-	addFinalizers(inst, fleetv1alpha1.AuditFinalizer)
+func (d InstanceDefaulter) Default(_ context.Context, inst *computev1alpha1.MacOSInstance) error {
+	addFinalizers(inst, d.Finalizers...)
 	return nil
+}
+
+// Defaulters are the mutating webhooks' handlers.
+type Defaulters struct {
+	Lease    LeaseDefaulter
+	Instance InstanceDefaulter
+}
+
+// Finalizers are the defaulters of an operator that runs the lease
+// controller (controllers) and the audit exporter (exported), each of
+// which removes its own finalizer; neither runs in a webhooks-only one.
+func Finalizers(controllers, exported bool) Defaulters {
+	var d Defaulters
+	if controllers {
+		d.Lease.Finalizers = append(d.Lease.Finalizers, fleetv1alpha1.LeaseFinalizer)
+	}
+	if controllers && exported {
+		d.Lease.Finalizers = append(d.Lease.Finalizers, fleetv1alpha1.AuditFinalizer)
+		d.Instance.Finalizers = append(d.Instance.Finalizers, fleetv1alpha1.AuditFinalizer)
+	}
+	return d
 }
 
 // addFinalizers appends those of names obj lacks, in order, keeping what it

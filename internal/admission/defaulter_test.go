@@ -42,7 +42,8 @@ func TestTheLeaseDefaulterGivesTheOperatorsFinalizersOnce(t *testing.T) {
 			if c.deleting {
 				l.DeletionTimestamp = &deleting
 			}
-			if err := (LeaseDefaulter{}).Default(context.Background(), l); err != nil {
+			d := Finalizers(true, true).Lease
+			if err := d.Default(context.Background(), l); err != nil {
 				t.Fatal(err)
 			}
 			if !slices.Equal(l.Finalizers, c.want) {
@@ -50,7 +51,7 @@ func TestTheLeaseDefaulterGivesTheOperatorsFinalizersOnce(t *testing.T) {
 			}
 			// Idempotent: the API server may call a mutating webhook again
 			// (reinvocation), and a second pass must change nothing.
-			if err := (LeaseDefaulter{}).Default(context.Background(), l); err != nil {
+			if err := d.Default(context.Background(), l); err != nil {
 				t.Fatal(err)
 			}
 			if !slices.Equal(l.Finalizers, c.want) {
@@ -85,12 +86,43 @@ func TestTheInstanceDefaulterGivesTheAuditFinalizerAlone(t *testing.T) {
 				i.DeletionTimestamp = &deleting
 			}
 			for range 2 { // idempotent, as above
-				if err := (InstanceDefaulter{}).Default(context.Background(), i); err != nil {
+				if err := Finalizers(true, true).Instance.Default(context.Background(), i); err != nil {
 					t.Fatal(err)
 				}
 				if !slices.Equal(i.Finalizers, c.want) {
 					t.Fatalf("finalizers %v, want %v", i.Finalizers, c.want)
 				}
+			}
+		})
+	}
+}
+
+func TestTheDefaultersGiveOnlyTheFinalizersOfWhatRuns(t *testing.T) {
+	for _, c := range []struct {
+		name                    string
+		controllers, exported   bool
+		wantLease, wantInstance []string
+	}{
+		{name: "the controllers and the exporter: the lease's and the audit's",
+			controllers: true, exported: true,
+			wantLease:    []string{fleetv1alpha1.LeaseFinalizer, fleetv1alpha1.AuditFinalizer},
+			wantInstance: []string{fleetv1alpha1.AuditFinalizer}},
+		{name: "no exporter: no audit finalizer, which nobody would take off",
+			controllers: true, wantLease: []string{fleetv1alpha1.LeaseFinalizer}},
+		{name: "webhooks alone: none", exported: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := Finalizers(c.controllers, c.exported)
+			l := &leasingv1alpha1.MacNodeLease{}
+			i := &computev1alpha1.MacOSInstance{}
+			if err := d.Lease.Default(context.Background(), l); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Instance.Default(context.Background(), i); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(l.Finalizers, c.wantLease) || !slices.Equal(i.Finalizers, c.wantInstance) {
+				t.Fatalf("lease %v, instance %v; want %v, %v", l.Finalizers, i.Finalizers, c.wantLease, c.wantInstance)
 			}
 		})
 	}
