@@ -24,9 +24,16 @@ import (
 
 // Setup registers the webhooks on the manager's webhook server. The
 // inventory reads the manager's cache, whose indexes must be registered.
-func Setup(mgr ctrl.Manager, engine *policy.Engine, clk clock.PassiveClock, params policy.Params, metrics *Metrics, denials *denial.Buffer) error {
+// Both defaulters are registered whatever finalizers they give: the
+// webhook configuration names their paths.
+func Setup(mgr ctrl.Manager, engine *policy.Engine, clk clock.PassiveClock, params policy.Params, metrics *Metrics, denials *denial.Buffer, defaulters Defaulters) error {
 	if err := ctrl.NewWebhookManagedBy(mgr, &leasingv1alpha1.MacNodeLease{}).
-		WithDefaulter(LeaseDefaulter{}).
+		WithDefaulter(defaulters.Lease).
+		Complete(); err != nil {
+		return err
+	}
+	if err := ctrl.NewWebhookManagedBy(mgr, &computev1alpha1.MacOSInstance{}).
+		WithDefaulter(defaulters.Instance).
 		Complete(); err != nil {
 		return err
 	}

@@ -7,11 +7,12 @@
 // finalizer write fails the test, and the loser sees a Conflict, as it
 // would have for a stale resourceVersion, and retries on a fresh read.
 //
-// Two writers adding the first finalizers of a new object still race: a
+// Two writers adding the first finalizers of a new object would race: a
 // JSON patch cannot append to a list that is absent, so the first add
-// tests that there is none. A server-side apply would merge them
-// (finalizers are a set), but controller-runtime's fake client, which the
-// unit tests use, applies through the Go types and refuses it.
+// tests that there is none. A tenant's new lease and instance therefore
+// come with the operator's finalizers, set by the mutating webhook in the
+// create (internal/admission); the adds here are the fallback, for an
+// object created without them.
 package finalizer
 
 import (

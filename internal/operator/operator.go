@@ -153,7 +153,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	identity := o.Params.OperatorUsername
 	if o.WebhooksOnly {
-		return admission.Setup(mgr, o.Engine, o.Clock, o.Params, admissionMetrics, denials)
+		return admission.Setup(mgr, o.Engine, o.Clock, o.Params, admissionMetrics, denials, admission.Finalizers(false, false))
 	}
 	// The controllers read their own writes: a reconcile that ran again
 	// on a cache from before its last write would write it again.
@@ -233,7 +233,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("setting up the GitLabRunner controller: %w", err)
 	}
 	if o.Webhooks {
-		if err := admission.Setup(mgr, o.Engine, o.Clock, o.Params, admissionMetrics, denials); err != nil {
+		// New leases and instances come with the finalizers of the
+		// controllers and the exporter this operator runs.
+		if err := admission.Setup(mgr, o.Engine, o.Clock, o.Params, admissionMetrics, denials, admission.Finalizers(true, o.AuditSink != nil)); err != nil {
 			return fmt.Errorf("setting up webhooks: %w", err)
 		}
 		if err := admission.SetupSweeper(mgr, o.Clock); err != nil {

@@ -8,12 +8,18 @@ package patch
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"reflect"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/boualleiguie/macrack-operator/internal/conflict"
 )
 
 // Helper remembers an object as it was read.
@@ -22,6 +28,15 @@ type Helper struct {
 	before client.Object
 	// lockStatus makes the next status patch carry the resourceVersion read.
 	lockStatus bool
+	// lockOn, if set, is the one member of the status, as read, that the
+	// next status patch tests in place of the resourceVersion.
+	lockOn *lockOn
+}
+
+// lockOn is a JSON pointer into the object, and the value it held as read.
+type lockOn struct {
+	path  string
+	value any
 }
 
 // LockStatus makes the next status patch fail on a stale read, rather than
@@ -29,6 +44,17 @@ type Helper struct {
 // number two transitions alike. A conflict also holds back the metadata
 // patch, so that the whole pass is retried from a fresh read.
 func (h *Helper) LockStatus() { h.lockStatus = true }
+
+// LockStatusOn locks the next status patch, as LockStatus does, but on the
+// member at path alone (a JSON pointer such as /status/audit/nextSequence),
+// which must still hold value (nil: that it is absent): the patch is a JSON
+// patch that tests it, then sets each member of the status that changed.
+// A journal's writer locks its sequence so: a stale pass cannot number a
+// transition twice, and the writes of the status's other fields, by their
+// own writers, no longer refuse it as they move the resourceVersion. A
+// failed test is a Conflict. A status that was empty when read (a JSON
+// patch has nothing to set members below) is locked on the resourceVersion.
+func (h *Helper) LockStatusOn(path string, value any) { h.lockOn = &lockOn{path: path, value: value} }
 
 // NewHelper snapshots obj.
 func NewHelper(obj client.Object, c client.Client) *Helper {
@@ -52,7 +78,8 @@ func (h *Helper) Patch(ctx context.Context, obj client.Object) error {
 	if err != nil {
 		return fmt.Errorf("converting object: %w", err)
 	}
-	statusChanged := !equality.Semantic.DeepEqual(before["status"], after["status"])
+	statusBefore, statusAfter := before["status"], after["status"]
+	statusChanged := !equality.Semantic.DeepEqual(statusBefore, statusAfter)
 	delete(before, "status")
 	delete(after, "status")
 	restChanged := !equality.Semantic.DeepEqual(before, after)
@@ -61,11 +88,15 @@ func (h *Helper) Patch(ctx context.Context, obj client.Object) error {
 	// included; keep what this reconcile wants of them.
 	desired := obj.DeepCopyObject().(client.Object)
 	if statusChanged {
-		p := client.MergeFrom(h.before)
-		if h.lockStatus {
-			p = client.MergeFromWithOptions(h.before, client.MergeFromWithOptimisticLock{})
+		p, err := h.statusPatch(statusBefore, statusAfter)
+		if err != nil {
+			return err
 		}
 		if err := h.client.Status().Patch(ctx, obj, p); err != nil {
+			if h.lockOn != nil && conflict.Untested(err) {
+				err = apierrors.NewConflict(schema.GroupResource{Resource: reflect.TypeOf(obj).Elem().Name()}, obj.GetName(),
+					fmt.Errorf("%s changed since it was read: %w", h.lockOn.path, err))
+			}
 			// A status write that failed (a conflict, or a refusal, which is
 			// the operator's bug) holds back the metadata write: removing a
 			// finalizer now would let the object go without the records
@@ -89,7 +120,30 @@ func (h *Helper) Patch(ctx context.Context, obj client.Object) error {
 	}
 	h.before = obj.DeepCopyObject().(client.Object)
 	h.lockStatus = false
+	h.lockOn = nil
 	return nil
+}
+
+// statusPatch is the status write from before to after: a merge patch,
+// locked on the resourceVersion if asked, or a JSON patch that tests the
+// member LockStatusOn named.
+func (h *Helper) statusPatch(before, after any) (client.Patch, error) {
+	was, _ := before.(map[string]any)
+	now, _ := after.(map[string]any)
+	switch {
+	case h.lockOn != nil && len(was) > 0 && now != nil:
+		ops := []any{jsonOp{Op: "test", Path: h.lockOn.path, Value: h.lockOn.value}}
+		ops = appendSetOps(ops, "/status", was, now)
+		body, err := json.Marshal(ops)
+		if err != nil {
+			return nil, fmt.Errorf("encoding the status patch: %w", err)
+		}
+		return client.RawPatch(types.JSONPatchType, body), nil
+	case h.lockOn != nil || h.lockStatus:
+		return client.MergeFromWithOptions(h.before, client.MergeFromWithOptimisticLock{}), nil
+	default:
+		return client.MergeFrom(h.before), nil
+	}
 }
 
 // withStatusOf returns base with obj's status and resourceVersion.

@@ -73,6 +73,9 @@ type Exporter struct {
 
 	gate  *gate
 	kinds []*kind
+	// exporters are the kinds' reconcilers, by kind, whose memory of what
+	// they sent the backlog's readers share.
+	exporters map[string]*kindReconciler
 	// retry reaches each kind's controller: the retrier sends it the
 	// objects that waited for the sink.
 	retry map[string]chan event.GenericEvent
@@ -94,6 +97,10 @@ func (e *Exporter) SetupWithManager(mgr ctrl.Manager) error {
 		ch := make(chan event.GenericEvent, 1024)
 		e.retry[k.name] = ch
 		r := &kindReconciler{e: e, k: k}
+		if e.exporters == nil {
+			e.exporters = map[string]*kindReconciler{}
+		}
+		e.exporters[k.name] = r
 		if err := ctrl.NewControllerManagedBy(mgr).
 			For(k.newObject()).
 			Named("audit-" + k.name).
@@ -103,7 +110,7 @@ func (e *Exporter) SetupWithManager(mgr ctrl.Manager) error {
 			return fmt.Errorf("setting up the %s exporter: %w", k.name, err)
 		}
 	}
-	e.Metrics.collector = &backlogCollector{client: mgr.GetClient(), clock: e.Clock, kinds: e.kinds, denials: e.Denials, billed: &e.Metrics.billed}
+	e.Metrics.collector = &backlogCollector{client: mgr.GetClient(), clock: e.Clock, kinds: e.kinds, denials: e.Denials, billed: &e.Metrics.billed, sent: e.lastSent}
 	if err := mgr.Add(manager.RunnableFunc(e.retrier)); err != nil {
 		return err
 	}
@@ -126,11 +133,20 @@ type kindReconciler struct {
 	k *kind
 
 	// sent remembers, per object, the last sequence a sink acknowledged,
-	// so that a pass on a cache that has not seen the cursor move yet does
-	// not send those records again. The cursor in status stays the truth:
-	// a restart starts from it.
+	// so that a pass on a cache that has not seen the cursor move yet, or
+	// on a lease or an instance whose cursor waits (kind.lazyCursor), does
+	// not send those records again. A restart starts from the cursor in
+	// status, and sends again what followed it.
 	mu   sync.Mutex
 	sent map[types.UID]int64
+}
+
+// lastSent is what k's exporter knows it published of uid's journal.
+func (e *Exporter) lastSent(k *kind, uid types.UID) int64 {
+	if r := e.exporters[k.name]; r != nil {
+		return r.lastSent(uid)
+	}
+	return 0
 }
 
 func (r *kindReconciler) lastSent(uid types.UID) int64 {
@@ -195,9 +211,12 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		// An object on its way out with its last record journaled keeps
 		// its cursor: the finalizer's removal, moments later, says the
 		// same, that every record is out, in one write rather than two. A
-		// restart in between sends those records again, which a sink takes
-		// as it takes any repeat.
-		if exported > j.ExportedSequence && !k.last(obj) {
+		// lease or an instance keeps it until its journal needs the room:
+		// its records are few, and go out before its audit finalizer
+		// does. A restart in between sends those records again, which a
+		// sink takes as it takes any repeat (JetStream stores a record
+		// once, on its own subject).
+		if k.cursorDue(obj, j, exported) {
 			if perr := r.advance(ctx, obj, exported); perr != nil {
 				return ctrl.Result{}, errors.Join(err, perr)
 			}
@@ -282,7 +301,7 @@ func (r *kindReconciler) finalize(ctx context.Context, obj client.Object) error 
 	if slices.ContainsFunc(obj.GetFinalizers(), func(f string) bool { return f != fleetv1alpha1.AuditFinalizer }) {
 		return nil
 	}
-	if j := *r.k.journal(obj); j.Backlog() > 0 && j.NextSequence-1 > r.lastSent(obj.GetUID()) {
+	if unacknowledged(*r.k.journal(obj), r.lastSent(obj.GetUID())) > 0 {
 		return nil
 	}
 	ev, err := r.e.Origin.Deleted(r.k.name, r.k.controller, obj, r.e.Clock.Now())
@@ -341,7 +360,7 @@ func (e *Exporter) enqueueWaiting(ctx context.Context) error {
 			return err
 		}
 		for _, o := range objects(list) {
-			if (*k.journal(o)).Backlog() > 0 || !o.GetDeletionTimestamp().IsZero() {
+			if unacknowledged(*k.journal(o), e.lastSent(k, o.GetUID())) > 0 || !o.GetDeletionTimestamp().IsZero() {
 				select {
 				case e.retry[k.name] <- event.GenericEvent{Object: o}:
 				case <-ctx.Done():

@@ -104,8 +104,65 @@ func TestRecordsStayInTheObjectUntilTheSinkAcknowledges(t *testing.T) {
 	if len(s.ids) != 2 || s.ids[0] != want[0] || s.ids[1] != want[1] {
 		t.Fatalf("published %v, want %v", s.ids, want)
 	}
-	if got.Status.Audit.ExportedSequence != 2 {
-		t.Fatalf("exportedSequence %d, want 2", got.Status.Audit.ExportedSequence)
+	// A lease's cursor waits until its journal needs the room: its records
+	// stay in it, and this exporter remembers that they are out.
+	if got.Status.Audit.ExportedSequence != 0 || len(got.Status.Audit.Records) != 2 {
+		t.Fatalf("exportedSequence %d, %d records; want the cursor unwritten and both records kept", got.Status.Audit.ExportedSequence, len(got.Status.Audit.Records))
+	}
+	if b := unacknowledged(got.Status.Audit, r.lastSent(got.UID)); b != 0 {
+		t.Fatalf("backlog %d after the sink took both, want 0", b)
+	}
+	if _, err := r.Reconcile(context.Background(), req); err != nil || len(s.ids) != 2 {
+		t.Fatalf("a second pass published %v (%v), want nothing again", s.ids, err)
+	}
+}
+
+// TestTheCursorIsWrittenWhenItIsDue: a chassis' after every publish, as
+// it lives for ever; a lease's (issue 39) only once its journal holds
+// cursorRoom records past the cursor, so that its writer prunes them.
+func TestTheCursorIsWrittenWhenItIsDue(t *testing.T) {
+	now := time.Date(2026, 6, 2, 12, 0, 0, 0, time.UTC)
+	mn := &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: "c02a", UID: "n-1"},
+		Spec: fleetv1alpha1.MacNodeSpec{Serial: "C02A", NodeClassName: "m4"}}
+	mn.Status.Phase = fleetv1alpha1.MacNodeReady
+	journal.Chassis(&fleetv1alpha1.MacNodeStatus{}, mn, now)
+	full := leaseWithJournal(fleetv1alpha1.AuditFinalizer)
+	full.Name, full.UID = "full", "l-2"
+	for int64(len(full.Status.Audit.Records)) < cursorRoom {
+		journal.Append(&full.Status.Audit, fleetv1alpha1.AuditRecord{Type: "held", Time: metav1.NewTime(now)})
+	}
+	short := leaseWithJournal(fleetv1alpha1.AuditFinalizer)
+	for _, tc := range []struct {
+		name string
+		kind string
+		obj  client.Object
+		want int64
+	}{
+		{name: "a chassis: after every publish", kind: fleetv1alpha1.AuditKindChassis, obj: mn, want: mn.Status.Audit.NextSequence - 1},
+		{name: "a lease with its room used: written", kind: fleetv1alpha1.AuditKindLease, obj: full, want: cursorRoom},
+		{name: "a lease with room left: not written", kind: fleetv1alpha1.AuditKindLease, obj: short, want: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &sink{}
+			e, _, c := exporterFor(t, s, clocktesting.NewFakeClock(now), tc.obj.DeepCopyObject().(client.Object))
+			var r *kindReconciler
+			for _, k := range e.kinds {
+				if k.name == tc.kind {
+					r = &kindReconciler{e: e, k: k}
+				}
+			}
+			req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(tc.obj)}
+			if _, err := r.Reconcile(context.Background(), req); err != nil {
+				t.Fatal(err)
+			}
+			got := tc.obj.DeepCopyObject().(client.Object)
+			if err := c.Get(context.Background(), req.NamespacedName, got); err != nil {
+				t.Fatal(err)
+			}
+			if cur := (*r.k.journal(got)).ExportedSequence; cur != tc.want || len(s.ids) == 0 {
+				t.Fatalf("published %d records, cursor %d; want them out and the cursor at %d", len(s.ids), cur, tc.want)
+			}
+		})
 	}
 }
 

@@ -28,6 +28,38 @@ type kind struct {
 	// final, if set, says that a deleted object's journal is complete: no
 	// record will follow the ones it holds.
 	final func(client.Object) bool
+	// lazyCursor kinds live one lease's life or less, and go with their
+	// audit finalizer, whose removal says that every record is out: their
+	// cursor is written only when their journal needs the room
+	// (cursorRoom), not after every publish (issue 39).
+	lazyCursor bool
+}
+
+// cursorRoom is how many records past its cursor a lazyCursor kind's
+// journal holds before the exporter writes the cursor, so that the
+// journal's writer prunes them on its next append: half of what a journal
+// holds, far above the dozen records of a lease's or an instance's life.
+const cursorRoom = fleetv1alpha1.MaxAuditRecords / 2
+
+// cursorDue reports whether the exporter writes obj's cursor once the sink
+// acknowledged through exported: never for an object on its way out with
+// its last record journaled (the finalizer's removal says as much); for a
+// lazyCursor kind, only once its journal holds cursorRoom records past the
+// stored cursor.
+func (k *kind) cursorDue(obj client.Object, j *fleetv1alpha1.AuditJournal, exported int64) bool {
+	if exported <= j.ExportedSequence || k.last(obj) {
+		return false
+	}
+	return !k.lazyCursor || len(j.Unexported()) >= cursorRoom
+}
+
+// unacknowledged is the records of j that no sink has acknowledged: past the
+// cursor, and past sent, what this exporter knows it published since.
+func unacknowledged(j *fleetv1alpha1.AuditJournal, sent int64) int64 {
+	if j == nil || j.NextSequence == 0 {
+		return 0
+	}
+	return max(0, j.NextSequence-1-max(j.ExportedSequence, sent))
 }
 
 // last reports whether obj is being deleted with its journal complete.
@@ -51,7 +83,7 @@ func objects(l client.ObjectList) []client.Object {
 func kinds() []*kind {
 	return []*kind{
 		{
-			name: fleetv1alpha1.AuditKindLease, controller: "macrack-lease", finalized: true,
+			name: fleetv1alpha1.AuditKindLease, controller: "macrack-lease", finalized: true, lazyCursor: true,
 			newObject: func() client.Object { return &leasingv1alpha1.MacNodeLease{} },
 			newList:   func() client.ObjectList { return &leasingv1alpha1.MacNodeLeaseList{} },
 			journal: func(o client.Object) **fleetv1alpha1.AuditJournal {
@@ -63,7 +95,7 @@ func kinds() []*kind {
 			},
 		},
 		{
-			name: fleetv1alpha1.AuditKindInstance, controller: "macrack-audit", finalized: true, observed: true,
+			name: fleetv1alpha1.AuditKindInstance, controller: "macrack-audit", finalized: true, observed: true, lazyCursor: true,
 			newObject: func() client.Object { return &computev1alpha1.MacOSInstance{} },
 			newList:   func() client.ObjectList { return &computev1alpha1.MacOSInstanceList{} },
 			journal: func(o client.Object) **fleetv1alpha1.AuditJournal {

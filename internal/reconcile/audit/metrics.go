@@ -124,6 +124,9 @@ type backlogCollector struct {
 	kinds   []*kind
 	denials *denial.Buffer
 	billed  *billed
+	// sent is what a kind's exporter knows it published of an object's
+	// journal, past the object's cursor.
+	sent func(*kind, types.UID) int64
 }
 
 func (c *backlogCollector) collect(ctx context.Context) (lag, backlog float64, billable map[string]float64) {
@@ -137,9 +140,10 @@ func (c *backlogCollector) collect(ctx context.Context) (lag, backlog float64, b
 		}
 		for _, o := range objects(list) {
 			j := *k.journal(o)
-			backlog += float64(j.Backlog())
+			sent := c.sent(k, o.GetUID())
+			backlog += float64(unacknowledged(j, sent))
 			for _, r := range j.Unexported() {
-				if r.Time.Time.Before(oldest) {
+				if r.Sequence > sent && r.Time.Time.Before(oldest) {
 					oldest = r.Time.Time
 				}
 			}

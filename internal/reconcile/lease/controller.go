@@ -265,15 +265,28 @@ func (r *Reconciler) statusWriteRefused(ctx context.Context, req ctrl.Request, r
 }
 
 // journal records this pass's transitions in the same status write as the
-// transitions themselves.
+// transitions themselves. That write is locked on the journal's sequence,
+// as the exporter's instance journal is: a pass on a stale read must not
+// number a transition with a sequence number already used, but the
+// reservations' writes of the lease's status (issue 35), which land in the
+// same moments, no longer refuse it as the resourceVersion did.
 func (r *Reconciler) journal(before *leasingv1alpha1.MacNodeLeaseStatus, s *scope, helper *patch.Helper) {
 	seq := s.lease.Status.Audit.Next()
 	dropped := journal.Lease(before, s.lease, s.now)
 	if dropped > 0 && r.JournalDropped != nil {
 		r.JournalDropped(dropped)
 	}
-	if s.lease.Status.Audit.Next() != seq {
-		helper.LockStatus()
+	if s.lease.Status.Audit.Next() == seq {
+		return
+	}
+	switch {
+	case before.Audit == nil:
+		// The journal's first write: on condition that there is none.
+		helper.LockStatusOn("/status/audit", nil)
+	case seq == 0:
+		helper.LockStatusOn("/status/audit/nextSequence", nil) // omitted when zero
+	default:
+		helper.LockStatusOn("/status/audit/nextSequence", seq)
 	}
 }
 

@@ -191,7 +191,6 @@ var _ = Describe("two operator replicas", Ordered, func() {
 			for _, l := range leases.Items {
 				j := l.Status.Audit
 				g.Expect(j).NotTo(BeNil())
-				g.Expect(j.ExportedSequence).To(Equal(j.NextSequence-1), "lease %s", l.Name)
 				objects["lease/"+string(l.UID)] = j.NextSequence - 1
 			}
 			for _, n := range chassis {
@@ -200,6 +199,12 @@ var _ = Describe("two operator replicas", Ordered, func() {
 				g.Expect(j).NotTo(BeNil())
 				g.Expect(j.ExportedSequence).To(Equal(j.NextSequence-1), "chassis %s", n)
 				objects["chassis/"+string(mn.UID)] = j.NextSequence - 1
+			}
+			// A lease's cursor waits until its journal needs the room
+			// (issue 39): the stream itself says its records are out.
+			records := streamRecords()
+			for _, l := range leases.Items {
+				g.Expect(records["lease/"+string(l.UID)]).To(HaveLen(int(l.Status.Audit.NextSequence-1)), "lease %s", l.Name)
 			}
 		}).Should(Succeed())
 		records := streamRecords()

@@ -86,7 +86,7 @@ var _ = Describe("One lease's whole life, on a quiet cluster", Ordered, func() {
 	BeforeAll(func() {
 		var err error
 		// The exporter on, as in a cluster: it journals the instance,
-		// publishes every record and writes each object's cursor.
+		// publishes every record and writes the chassis' cursor.
 		op, err = env.StartOperator(harness.OperatorOptions{
 			Start: time.Now(), Webhooks: true, AuditSink: auditsink.NewLines(sink),
 			Log: zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)).WithName("operator"),
@@ -138,7 +138,12 @@ var _ = Describe("One lease's whole life, on a quiet cluster", Ordered, func() {
 		By("creating the lease: Bound")
 		lease := &leasingv1alpha1.MacNodeLease{ObjectMeta: metav1.ObjectMeta{Name: "life", Namespace: tenant.Namespace},
 			Spec: leasingv1alpha1.MacNodeLeaseSpec{NodeClassName: class, MinimumDuration: "24h"}}
+		Expect(lease.Finalizers).To(BeEmpty(), "positive control: the tenant asks for none")
 		Expect(tenant.Client.Create(ctx, lease)).To(Succeed())
+		// The create itself carries the operator's finalizers (the mutating
+		// webhook): no write of the lease controller's or the exporter's
+		// adds them after, and none races the other for the absent list.
+		Expect(lease.Finalizers).To(ConsistOf(fleetv1alpha1.LeaseFinalizer, fleetv1alpha1.AuditFinalizer))
 		Eventually(func() leasingv1alpha1.MacNodeLeasePhase { return getLease(lease).Status.Phase }).Should(Equal(leasingv1alpha1.LeaseBound))
 		uid := getLease(lease).UID
 		quiesce(from, time.Second)
@@ -148,6 +153,9 @@ var _ = Describe("One lease's whole life, on a quiet cluster", Ordered, func() {
 			Spec: computev1alpha1.MacOSInstanceSpec{LeaseName: lease.Name, ImageName: image, CPU: 4,
 				Memory: resource.MustParse("8Gi"), Disk: resource.MustParse("100Gi")}}
 		Expect(tenant.Client.Create(ctx, inst, client.FieldOwner(tenantManager))).To(Succeed())
+		// The exporter's finalizer comes with the create; the agent's
+		// disk-wipe one, once it runs the instance, extends that list.
+		Expect(inst.Finalizers).To(Equal([]string{fleetv1alpha1.AuditFinalizer}))
 		Eventually(func() computev1alpha1.VMPhase {
 			got := &computev1alpha1.MacOSInstance{}
 			if admin.Get(ctx, client.ObjectKeyFromObject(inst), got) != nil || got.Status.Runtime == nil {
@@ -251,12 +259,6 @@ var _ = Describe("One lease's whole life, on a quiet cluster", Ordered, func() {
 		// writes of the agent's reporter: then it is a write of its own.
 		cacheAlone := cacheAloneReports(ws)
 		Expect(cacheAlone).To(BeNumerically("<=", 1))
-		// An exporter pass that lost a conflict before it published leaves
-		// its records to the next one: one cursor write for two journal
-		// writes.
-		merged := mergedCursors(ws, "macosinstances")
-		Expect(merged).To(BeNumerically("<=", conflicts["operator macosinstances.compute.macrack.io PATCH"]+
-			conflicts["operator macosinstances.compute.macrack.io/status PATCH"]))
 		want := map[string]int{
 			// The tenant: the lease and the instance, each created and
 			// deleted once.
@@ -264,10 +266,10 @@ var _ = Describe("One lease's whole life, on a quiet cluster", Ordered, func() {
 			"tenant macnodeleases.leasing.macrack.io DELETE":  1,
 			"tenant macosinstances.compute.macrack.io POST":   1,
 			"tenant macosinstances.compute.macrack.io DELETE": 1,
-			// The finalizers: the lease controller's macrack.io/lease and the
-			// exporter's macrack.io/audit on; macrack.io/lease off at release;
-			// macrack.io/audit off after the deleted record.
-			"operator macnodeleases.leasing.macrack.io PATCH": 4,
+			// The finalizers: macrack.io/lease off at release;
+			// macrack.io/audit off after the deleted record. Both came on
+			// with the tenant's create (the mutating webhook).
+			"operator macnodeleases.leasing.macrack.io PATCH": 2,
 			// The lease's status: one write per phase it enters, Bound,
 			// Held, Released, each carrying its journal records (created,
 			// bound, Bound=True, ChassisAvailable=True; held, Held=True,
@@ -277,9 +279,9 @@ var _ = Describe("One lease's whole life, on a quiet cluster", Ordered, func() {
 			// it admits the instance, dropped by the same writer once the
 			// instance is stored.
 			"operator macnodeleases.leasing.macrack.io/status PATCH": 5,
-			// The exporter's cursor after Bound's and Held's records; after
-			// Released's, the audit finalizer's removal says they are out.
-			"cursor macnodeleases.leasing.macrack.io/status PATCH": 2,
+			// No cursor write on the lease (issue 39): its dozen records
+			// stay in its journal, far from needing the room, and go out
+			// before its audit finalizer does, whose removal says so.
 			// The chassis' status, by three controllers, each writing its own
 			// fields, and only what it changed, with the resourceVersion
 			// read: the claim (binding) and the release (binding cleared
@@ -296,7 +298,7 @@ var _ = Describe("One lease's whole life, on a quiet cluster", Ordered, func() {
 			// The Pod's status as the VM goes: pending (placed, not started),
 			// Running and ready, Succeeded once it stopped.
 			"operator pods/status PATCH":                       3,
-			"operator macosinstances.compute.macrack.io PATCH": 2, // the exporter's macrack.io/audit on, and off after the deleted record
+			"operator macosinstances.compute.macrack.io PATCH": 1, // the exporter's macrack.io/audit off after the deleted record; on with the create
 			// The instance's status: the exporter's five journal writes
 			// (created, placed, running, stopped, wiped); and, each writer
 			// applying its own fields, Placed (placement), Pod=True when its
@@ -304,9 +306,7 @@ var _ = Describe("One lease's whole life, on a quiet cluster", Ordered, func() {
 			// Pod controller).
 			"operator macosinstances.compute.macrack.io/status PATCH": 5,
 			"operator macosinstances.compute.macrack.io/status APPLY": 3,
-			// The exporter's cursor after each journal write but the last:
-			// wiped is the instance's last record.
-			"cursor macosinstances.compute.macrack.io/status PATCH": 4 - merged,
+			// No cursor write on the instance either, for the lease's reasons.
 			// The agent: its finalizer on when placed, off after the wipe;
 			// the VM Running (with the guest's first report), Stopped, and
 			// the wipe's evidence; on the chassis, its one reporter's
@@ -348,12 +348,16 @@ var _ = Describe("One lease's whole life, on a quiet cluster", Ordered, func() {
 		for _, n := range conflicts {
 			total += n
 		}
-		// Writers meet on a new instance and on a new lease; none locks
-		// the whole object but the exporter's first journal write (a
-		// status that does not exist yet) and the lease controller's
-		// journal. A finalizer's lock is the finalizers list, which the
-		// first two finalizers of an object race for.
-		Expect(total).To(BeNumerically("<=", 10), "%v", conflicts)
+		// The new lease and the new instance come with the operator's
+		// finalizers (the mutating webhook), so no two writers race for an
+		// absent finalizers list any more; the journals lock their sequence
+		// alone. What still locks the whole object is a journal's first
+		// write on a status nobody wrote yet (the exporter's on a new
+		// instance, against placement's Placed), and the chassis' status
+		// writes, each locked on its resourceVersion. Issue 37's goal is at
+		// most one a life on average (BENCHMARKS.md measures it); a run may
+		// lose each of those races once.
+		Expect(total).To(BeNumerically("<=", 3), "%v", conflicts)
 		for _, w := range ws {
 			if w.Code >= 400 && !testedPatch(w) {
 				Expect(w.Code).To(BeEquivalentTo(409), "%s %s/%s: only optimistic locks refuse", w.row(), w.Namespace, w.Name)
@@ -494,27 +498,6 @@ func cacheAloneReports(ws []write) int {
 	return n
 }
 
-// mergedCursors counts the exporter's journal writes of resource that no
-// cursor write of their own followed: their records went out with the next
-// journal write's.
-func mergedCursors(ws []write, resource string) int {
-	journals, cursors := 0, 0
-	for _, w := range ws {
-		if w.writer != "operator" || w.Resource != resource || w.Sub != "status" || w.Code >= 400 {
-			continue
-		}
-		switch {
-		case w.cursor():
-			cursors++
-		// A journal write: a merge patch of the records, or a JSON patch
-		// that sets them (the journal's writes after its first).
-		case bytes.Contains(w.Body, []byte(`"records"`)) || bytes.Contains(w.Body, []byte(`"/status/audit/records"`)):
-			journals++
-		}
-	}
-	return max(0, journals-1-cursors)
-}
-
 // repeats lists the writes whose writer sent the same request on the same
 // object last time: the same verb and the same body, resourceVersion
 // included, refused or not. Such a write changes nothing the first did not.
@@ -585,8 +568,9 @@ func macNode(name string) *fleetv1alpha1.MacNode {
 }
 
 // testedPatch: a 422 refusing a JSON patch whose test failed, the lock of
-// a finalizer write (internal/finalizer), lost to another finalizer write
-// as a 409 would have been.
+// a finalizer write (internal/finalizer) or of a journal's sequence (the
+// exporter's instance journal, the lease controller's journal), lost to
+// another write of that list or sequence as a 409 would have been.
 func testedPatch(w write) bool {
 	return w.Code == http.StatusUnprocessableEntity && w.Verb == "patch" && bytes.HasPrefix(w.Body, []byte("[")) && bytes.Contains(w.Body, []byte(`"op":"test"`))
 }
