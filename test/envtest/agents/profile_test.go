@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -16,6 +17,7 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent/host"
 	"github.com/boualleiguie/macrack-operator/internal/cli"
+	"github.com/boualleiguie/macrack-operator/internal/enroll"
 	"github.com/boualleiguie/macrack-operator/internal/mdm"
 	"github.com/boualleiguie/macrack-operator/test/envtest/harness"
 )
@@ -82,6 +84,9 @@ var _ = Describe("macrackctl node enroll --profile", func() {
 		Expect(c.Create(ctx, review)).To(Succeed())
 		node := strings.ToLower(serial)
 		Expect(review.Status.UserInfo.Username).To(Equal("system:serviceaccount:" + agentsNamespace + ":" + host.ServiceAccountName(node)))
+		// The operator grants the agents' roles to their group once it
+		// sees agent.scope in force, which may be after the enrolment.
+		Expect(enroll.WaitForRoles(ctx, admin, agentsNamespace, node, 30*time.Second)).To(Succeed())
 		Expect(c.Get(ctx, client.ObjectKey{Name: node}, &fleetv1alpha1.MacNode{})).To(Succeed())
 	})
 })

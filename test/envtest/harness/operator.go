@@ -93,6 +93,11 @@ type OperatorOptions struct {
 	// (kubeletca's ServingCAFile and ServingCAKeyFile), as the operator's
 	// --kubelet-serving-ca-cert-file and --kubelet-serving-ca-key-file.
 	KubeletServingCACertFile, KubeletServingCAKeyFile string
+	// NoAdmission installs no admission policy at all, not even
+	// agent.scope, which the others get so that the operator grants the
+	// agents' roles: for a suite that proves the reconcilers alone and runs
+	// no agent.
+	NoAdmission bool
 }
 
 // OperatorNamespace holds the operator's placeholder Pods and policy params.
@@ -164,7 +169,7 @@ func (e *Env) StartOperator(o OperatorOptions) (*Operator, error) {
 	}
 	// The operator grants the agents' roles only under agent.scope; a
 	// suite that applies no policies through the operator still has it.
-	if !o.ApplyAdmissionPolicies && !o.WebhooksOnly {
+	if !o.ApplyAdmissionPolicies && !o.WebhooksOnly && !o.NoAdmission {
 		if err := InstallAgentScope(ctx, e.Client, engine, op.Params); err != nil {
 			cancel()
 			return nil, err

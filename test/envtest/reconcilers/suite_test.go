@@ -46,8 +46,8 @@ var _ = BeforeSuite(func() {
 	admin = env.Client
 	op, err = env.StartOperator(harness.OperatorOptions{
 		Start: time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC), MaxConcurrentReconciles: 2,
-		AuditSink: sink,
-		Log:       zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)),
+		AuditSink: sink, NoAdmission: true,
+		Log: zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)),
 	})
 	Expect(err).NotTo(HaveOccurred())
 })
