@@ -226,8 +226,10 @@ func (r *regoRule) eval(ctx context.Context, query rego.PreparedEvalQuery, input
 		}
 	}()
 	// No metrics: nothing reads them, and timing every evaluation costs.
+	cache := acquireVirtualCache()
+	defer cache.release()
 	rs, err := query.Eval(ctx, rego.EvalParsedInput(input), rego.EvalMetrics(opametrics.NoOp()), rego.EvalExternalCancel(cancel),
-		rego.EvalVirtualCache(newVirtualCache()))
+		rego.EvalVirtualCache(cache))
 	if err != nil {
 		return outcome{errs: []string{err.Error()}}
 	}
