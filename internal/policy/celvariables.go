@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"strings"
 
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
@@ -138,7 +139,7 @@ func (m *boundVariables) Find(key ref.Val) (ref.Val, bool) {
 	if !ok {
 		return types.MaybeNoSuchOverloadErr(n), true
 	}
-	name, ok := apiservercel.Unescape(string(n))
+	name, ok := unescape(string(n))
 	if !ok {
 		return nil, false
 	}
@@ -147,6 +148,17 @@ func (m *boundVariables) Find(key ref.Val) (ref.Val, bool) {
 		return nil, false
 	}
 	return m.resolve(i), true
+}
+
+// unescape is apiservercel.Unescape, which runs a regular expression over
+// every name a condition reads (a sixth of a twin's allocations on
+// pod.shape). Its escapes all hold "__", so a name without one is its own
+// unescaped form.
+func unescape(name string) (string, bool) {
+	if !strings.Contains(name, "__") {
+		return name, true
+	}
+	return apiservercel.Unescape(name)
 }
 
 func (m *boundVariables) Get(key ref.Val) ref.Val {

@@ -125,6 +125,7 @@ func Load(ctx context.Context, fsys fs.FS, opts ...Option) (*Engine, error) {
 		return nil, fmt.Errorf("%w: %w", ErrLoad, compiler.Errors)
 	}
 
+	keep := notInlined(compiler)
 	byID := map[string]*Rule{}
 	names := make([]string, 0, len(modules))
 	for name := range modules {
@@ -145,7 +146,7 @@ func Load(ctx context.Context, fsys fs.FS, opts ...Option) (*Engine, error) {
 		}
 		own := maps.Clone(libraries)
 		own[name] = parsed[name]
-		if r.rego, err = prepareRego(ctx, compiler, r.ID, m.Package.Path, own, e.whole); err != nil {
+		if r.rego, err = prepareRego(ctx, compiler, keep, r.ID, m.Package.Path, own, e.whole); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrLoad, err)
 		}
 		byID[r.ID] = r

@@ -23,6 +23,9 @@ type regoRule struct {
 	compiler *ast.Compiler
 	modules  map[string]*ast.Module
 	pkg      ast.Ref
+	// notInlined are the bundle's rules partial evaluation keeps as rules
+	// of their own (see notInlined).
+	notInlined []string
 	// whole turns specialization off: every request runs query.
 	whole       bool
 	specialized boundedCache[shape, *specialized]
@@ -90,7 +93,7 @@ func violationsQuery(pkg ast.Ref) ast.Body {
 	return ast.NewBody(ast.Equality.Expr(ast.VarTerm(violationsVar), ast.NewTerm(pkg.Append(ast.StringTerm("violations")))))
 }
 
-func prepareRego(ctx context.Context, compiler *ast.Compiler, id string, pkg ast.Ref, modules map[string]*ast.Module, whole bool) (*regoRule, error) {
+func prepareRego(ctx context.Context, compiler *ast.Compiler, keep []string, id string, pkg ast.Ref, modules map[string]*ast.Module, whole bool) (*regoRule, error) {
 	pq, err := rego.New(
 		rego.ParsedQuery(violationsQuery(pkg)),
 		rego.Compiler(compiler),
@@ -99,7 +102,61 @@ func prepareRego(ctx context.Context, compiler *ast.Compiler, id string, pkg ast
 	if err != nil {
 		return nil, fmt.Errorf("preparing %s's violations: %w", id, err)
 	}
-	return &regoRule{id: id, query: pq, compiler: compiler, modules: modules, pkg: pkg, whole: whole}, nil
+	return &regoRule{id: id, query: pq, compiler: compiler, modules: modules, pkg: pkg, whole: whole, notInlined: keep}, nil
+}
+
+// notInlined lists the rules and functions of the compiled bundle that
+// partial evaluation must keep as rules of their own, rather than inline
+// into the bodies that use them. Inlining the rest removes a rule call (its
+// index lookup, bindings and cache entry) per use: a third of pod.shape's
+// time (BENCHMARKS.md, issue 38). Kept are:
+//   - what a body negates (`not lib.is_duration(x)`): inlined, its negation
+//     becomes one body per negated expression, so that `not regex.match(p,
+//     x)` would run without the is_string(x) that guards it, an error under
+//     strict builtin errors where the rule answers a denial;
+//   - functions and complete rules of more than one definition (or an
+//     else): inlined, each use multiplies the bodies by its definitions
+//     (tenancy.class's four lib.show calls made sixteen bodies), and two
+//     definitions that disagree would no longer be a conflict error.
+//
+// A rule with a default is kept by OPA itself. Multi-value rules (`problems
+// contains ...`) are inlined as one body per definition, which is what their
+// union is. Each body keeps its expressions in their order.
+func notInlined(c *ast.Compiler) []string {
+	keep := map[string]bool{}
+	definitions := map[string]int{}
+	defaults := map[string]bool{}
+	for _, m := range c.Modules {
+		ast.WalkExprs(m, func(x *ast.Expr) bool {
+			if x.Negated {
+				ast.WalkRefs(x, func(ref ast.Ref) bool {
+					if ref.HasPrefix(ast.DefaultRootRef) {
+						keep[ref.GroundPrefix().String()] = true
+					}
+					return false
+				})
+			}
+			return false
+		})
+		for _, r := range m.Rules {
+			name := r.Ref().GroundPrefix().String()
+			switch {
+			case r.Default:
+				defaults[name] = true
+			case r.Head.RuleKind() == ast.SingleValue:
+				definitions[name]++
+				if r.Else != nil {
+					definitions[name]++
+				}
+			}
+		}
+	}
+	for name, n := range definitions {
+		if n > 1 && !defaults[name] {
+			keep[name] = true
+		}
+	}
+	return sortedKeys(keep)
 }
 
 // unknowns are the parts of the input a shape does not fix: everything but
@@ -124,12 +181,12 @@ func (s shape) unknowns() []*ast.Term {
 
 // forShape is the rule's query specialized for s by OPA's partial
 // evaluation: the shape's part of the input known (known renders it as the
-// input builder does), the rest unknown. Shallow inlining keeps every body
+// input builder does), the rest unknown. It evaluates, once, only what the
+// shape fixes, drops the bodies whose guards exclude the shape, and inlines
+// the helpers notInlined allows into the bodies that use them, each body
 // whole and in its order, so that a type guard still runs before the
-// builtin it guards (strict builtin errors): it evaluates, once, only what
-// the shape fixes, and drops the bodies whose guards exclude the shape. The
-// rule's text is unchanged; a shape that cannot be specialized runs the
-// whole query.
+// builtin it guards (strict builtin errors). The rule's text is unchanged;
+// a shape that cannot be specialized runs the whole query.
 func (r *regoRule) forShape(ctx context.Context, s shape, known func() ast.Value) *specialized {
 	if r.whole {
 		return &specialized{query: r.query}
@@ -153,7 +210,7 @@ func (r *regoRule) specialize(ctx context.Context, input ast.Value, unknowns []*
 		rego.ParsedUnknowns(unknowns),
 		rego.ParsedInput(input),
 		rego.StrictBuiltinErrors(true),
-		rego.ShallowInlining(true),
+		rego.DisableInlining(r.notInlined),
 	).Partial(ctx)
 	if err != nil {
 		return nil, err
@@ -226,8 +283,10 @@ func (r *regoRule) eval(ctx context.Context, query rego.PreparedEvalQuery, input
 		}
 	}()
 	// No metrics: nothing reads them, and timing every evaluation costs.
+	cache := acquireVirtualCache()
+	defer cache.release()
 	rs, err := query.Eval(ctx, rego.EvalParsedInput(input), rego.EvalMetrics(opametrics.NoOp()), rego.EvalExternalCancel(cancel),
-		rego.EvalVirtualCache(newVirtualCache()))
+		rego.EvalVirtualCache(cache))
 	if err != nil {
 		return outcome{errs: []string{err.Error()}}
 	}

@@ -1,24 +1,52 @@
 package policy
 
 import (
+	"sync"
+
 	"github.com/open-policy-agent/opa/v1/ast"
 )
 
 // virtualCache is OPA's cache of the rules' values within one evaluation
-// (topdown.VirtualCache), flat: each frame maps a rule's whole reference to
-// its value. OPA's own is a tree with a hash map per reference element, so
-// that caching data.partial.macrack.lib.new builds five maps; those maps
-// were a tenth of a decision's allocations (BENCHMARKS.md, issue 38). The
-// answers are the same: Get finds a value only under the reference it was
-// put under, in the top frame.
+// (topdown.VirtualCache), flat: every frame's entries in one slice, each
+// a rule's whole reference, its hash and its value. OPA's own is a tree
+// with a hash map per reference element, so that caching
+// data.partial.macrack.lib.new builds five maps: a tenth of a decision's
+// allocations; a map per frame was still a seventh of pod.shape's bytes
+// (BENCHMARKS.md, issue 38). A frame holds a few dozen rules at most, so a
+// scan of their hashes is cheaper than any map, and the slices are reused
+// across evaluations (acquire, release). The answers are the same: Get
+// finds a value only under the reference it was put under, in the top
+// frame.
 type virtualCache struct {
-	frames []map[int][]virtualCacheEntry
+	entries []virtualCacheEntry
+	// frames are where each frame's entries start; the top frame's run to
+	// the end of entries.
+	frames []int
 }
 
 type virtualCacheEntry struct {
+	hash      int
 	ref       ast.Ref
 	value     *ast.Term
 	undefined bool
+}
+
+var virtualCaches = sync.Pool{New: func() any { return &virtualCache{} }}
+
+// acquireVirtualCache is an empty cache for one evaluation; release it
+// when the evaluation has returned.
+func acquireVirtualCache() *virtualCache {
+	c := virtualCaches.Get().(*virtualCache)
+	c.Push()
+	return c
+}
+
+// release empties the cache, so that it holds nothing of the request, and
+// returns it to the pool.
+func (c *virtualCache) release() {
+	clear(c.entries)
+	c.entries, c.frames = c.entries[:0], c.frames[:0]
+	virtualCaches.Put(c)
 }
 
 func newVirtualCache() *virtualCache {
@@ -27,15 +55,22 @@ func newVirtualCache() *virtualCache {
 	return c
 }
 
-func (c *virtualCache) Push() { c.frames = append(c.frames, nil) }
+func (c *virtualCache) Push() { c.frames = append(c.frames, len(c.entries)) }
 
-func (c *virtualCache) Pop() { c.frames = c.frames[:len(c.frames)-1] }
+func (c *virtualCache) Pop() {
+	start := c.frames[len(c.frames)-1]
+	clear(c.entries[start:])
+	c.entries, c.frames = c.entries[:start], c.frames[:len(c.frames)-1]
+}
+
+func (c *virtualCache) top() []virtualCacheEntry { return c.entries[c.frames[len(c.frames)-1]:] }
 
 // Get reports the value cached for ref: (value, false) if defined, (nil,
 // true) if recorded as undefined, (nil, false) if not cached.
 func (c *virtualCache) Get(ref ast.Ref) (*ast.Term, bool) {
-	for _, e := range c.frames[len(c.frames)-1][ref.Hash()] {
-		if e.ref.Equal(ref) {
+	h := ref.Hash()
+	for _, e := range c.top() {
+		if e.hash == h && e.ref.Equal(ref) {
 			if e.undefined {
 				return nil, true
 			}
@@ -47,33 +82,27 @@ func (c *virtualCache) Get(ref ast.Ref) (*ast.Term, bool) {
 
 // Put caches value for ref; a nil value records ref as undefined.
 func (c *virtualCache) Put(ref ast.Ref, value *ast.Term) {
-	top := &c.frames[len(c.frames)-1]
-	if *top == nil {
-		*top = map[int][]virtualCacheEntry{}
-	}
 	h := ref.Hash()
-	entries := (*top)[h]
-	for i := range entries {
-		if entries[i].ref.Equal(ref) {
+	top := c.top()
+	for i := range top {
+		if e := &top[i]; e.hash == h && e.ref.Equal(ref) {
 			if value != nil {
-				entries[i].value = value
+				e.value = value
 			} else {
-				entries[i].undefined = true
+				e.undefined = true
 			}
 			return
 		}
 	}
-	(*top)[h] = append(entries, virtualCacheEntry{ref: ref, value: value, undefined: value == nil})
+	c.entries = append(c.entries, virtualCacheEntry{hash: h, ref: ref, value: value, undefined: value == nil})
 }
 
 // Keys lists the references with a cached value in the top frame.
 func (c *virtualCache) Keys() []ast.Ref {
 	var keys []ast.Ref
-	for _, entries := range c.frames[len(c.frames)-1] {
-		for _, e := range entries {
-			if e.value != nil {
-				keys = append(keys, e.ref)
-			}
+	for _, e := range c.top() {
+		if e.value != nil {
+			keys = append(keys, e.ref)
 		}
 	}
 	return keys
