@@ -380,3 +380,49 @@ func TestAPassOnAnOlderReadDoesNotApplyThePodConditionAgain(t *testing.T) {
 		t.Fatalf("%d applies after the Pod condition changed, want 2", applies)
 	}
 }
+
+// Until the agent reports the VM, the Pod keeps the status the API server
+// gave it at its create (Pending, not ready): no write says that again.
+// The agent's first report makes the first write, whose start time is the
+// Pod's creation, when the operator took it on.
+func TestThePodIsWrittenFirstWhenTheVMIsReported(t *testing.T) {
+	inst := placed(computev1alpha1.VMPending, false)
+	inst.Status.Runtime = nil
+	r, c := setup(t, inst)
+	created := metav1.NewTime(t0.Add(-time.Minute))
+	writes := 0
+	r.Client = interceptor.NewClient(c, interceptor.Funcs{
+		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			obj.SetCreationTimestamp(created) // the API server's, which the fake client does not set
+			return cl.Create(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+			if _, ok := obj.(*corev1.Pod); ok {
+				writes++
+			}
+			return cl.SubResource(sub).Patch(ctx, obj, p, opts...)
+		},
+	})
+	reconcileA(t, r)
+	reconcileA(t, r)
+	p := getPod(t, c, "a")
+	if writes != 0 || len(p.Status.Conditions) != 0 || len(p.Status.ContainerStatuses) != 0 {
+		t.Fatalf("%d status writes before the VM was reported, status %+v; want none", writes, p.Status)
+	}
+	if cond := podCondition(t, c); cond == nil || cond.Status != metav1.ConditionTrue {
+		t.Fatalf("the instance's Pod condition is %+v, want True: its Pod is made", cond)
+	}
+
+	// Positive control: the agent's first report is written, once.
+	r.Clock.(*clocktesting.FakeClock).Step(time.Minute)
+	setRuntime(t, c, computev1alpha1.RuntimeStatus{Phase: computev1alpha1.VMStarting})
+	reconcileA(t, r)
+	reconcileA(t, r)
+	p = getPod(t, c, "a")
+	if writes != 1 || p.Status.Phase != corev1.PodRunning || readyOf(p) == nil || readyOf(p).Reason != ReasonVMNotRunning {
+		t.Fatalf("%d writes after the VM was reported, status %+v; want 1, Running, not ready", writes, p.Status)
+	}
+	if p.Status.StartTime == nil || !p.Status.StartTime.Equal(&created) {
+		t.Fatalf("start time %v, want the Pod's creation %v", p.Status.StartTime, created)
+	}
+}

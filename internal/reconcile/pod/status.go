@@ -61,6 +61,14 @@ func (r *Reconciler) updateStatus(s *scope) {
 // NAT addresses repeat on every chassis, and none is routable from the
 // cluster.
 func (r *Reconciler) mirror(ctx context.Context, s *scope) error {
+	if s.inst.Status.Runtime == nil && asCreated(s.pod) {
+		// The agent has reported nothing of the VM yet. The Pod as the API
+		// server stored it (which keeps no status from a create) is Pending
+		// with no condition and no container's state, which is already not
+		// ready to every reader; the agent's first report makes the first
+		// write, one a life fewer (issue 39).
+		return nil
+	}
 	want := podStatus(s.pod, s.inst, s.node, metav1.NewTime(s.now))
 	if equality.Semantic.DeepEqual(want, s.pod.Status) {
 		return nil
@@ -98,7 +106,13 @@ func podStatus(p *corev1.Pod, inst *computev1alpha1.MacOSInstance, node *corev1.
 	}
 	out := corev1.PodStatus{Phase: podPh, StartTime: p.Status.StartTime, QOSClass: p.Status.QOSClass}
 	if out.StartTime == nil {
-		out.StartTime = &now
+		// When the operator took the Pod on, as a kubelet's start time is
+		// when it acknowledged the Pod, before the first status it writes.
+		start := p.CreationTimestamp
+		if start.IsZero() {
+			start = now
+		}
+		out.StartTime = &start
 	}
 	for _, c := range []corev1.PodCondition{
 		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
@@ -181,6 +195,14 @@ func containerState(rt *computev1alpha1.RuntimeStatus, old *corev1.ContainerStat
 		return corev1.ContainerState{Terminated: t}
 	}
 	return corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: string(phase.OrPending(rt.Phase)), Message: truncate(rt.Message, 512)}}
+}
+
+// asCreated: the Pod's status is what the API server sets on a create,
+// Pending and its QoS class: nobody wrote it since.
+func asCreated(p *corev1.Pod) bool {
+	st := p.Status
+	return (st.Phase == "" || st.Phase == corev1.PodPending) && len(st.Conditions) == 0 &&
+		len(st.ContainerStatuses) == 0 && st.StartTime == nil
 }
 
 func terminal(p corev1.PodPhase) bool { return p == corev1.PodSucceeded || p == corev1.PodFailed }
