@@ -17,12 +17,24 @@ import (
 // across evaluations (acquire, release). The answers are the same: Get
 // finds a value only under the reference it was put under, in the top
 // frame.
+//
+// Each entry's reference is a copy, held in terms: OPA hands Put the
+// buffer it builds a function call's key in (evalFunc.cacheKey), pooled and
+// cleared after the call, and OPA's tree keeps the key's terms, not the
+// slice. An entry that kept the slice held whatever the buffer held next:
+// a call keyed in another buffer missed the result (instance.image parsed
+// its image's minimum disk twice, in lib.quantity), and the entry compared
+// equal to any later key of the same hash built in its buffer.
 type virtualCache struct {
 	entries []virtualCacheEntry
-	// frames are where each frame's entries start; the top frame's run to
-	// the end of entries.
-	frames []int
+	// terms hold the entries' references, back to back.
+	terms []*ast.Term
+	// frames are where each frame's entries and terms start; the top
+	// frame's run to the ends of entries and terms.
+	frames []virtualCacheFrame
 }
+
+type virtualCacheFrame struct{ entries, terms int }
 
 type virtualCacheEntry struct {
 	hash      int
@@ -45,7 +57,8 @@ func acquireVirtualCache() *virtualCache {
 // returns it to the pool.
 func (c *virtualCache) release() {
 	clear(c.entries)
-	c.entries, c.frames = c.entries[:0], c.frames[:0]
+	clear(c.terms)
+	c.entries, c.terms, c.frames = c.entries[:0], c.terms[:0], c.frames[:0]
 	virtualCaches.Put(c)
 }
 
@@ -55,15 +68,20 @@ func newVirtualCache() *virtualCache {
 	return c
 }
 
-func (c *virtualCache) Push() { c.frames = append(c.frames, len(c.entries)) }
-
-func (c *virtualCache) Pop() {
-	start := c.frames[len(c.frames)-1]
-	clear(c.entries[start:])
-	c.entries, c.frames = c.entries[:start], c.frames[:len(c.frames)-1]
+func (c *virtualCache) Push() {
+	c.frames = append(c.frames, virtualCacheFrame{entries: len(c.entries), terms: len(c.terms)})
 }
 
-func (c *virtualCache) top() []virtualCacheEntry { return c.entries[c.frames[len(c.frames)-1]:] }
+func (c *virtualCache) Pop() {
+	f := c.frames[len(c.frames)-1]
+	clear(c.entries[f.entries:])
+	clear(c.terms[f.terms:])
+	c.entries, c.terms, c.frames = c.entries[:f.entries], c.terms[:f.terms], c.frames[:len(c.frames)-1]
+}
+
+func (c *virtualCache) top() []virtualCacheEntry {
+	return c.entries[c.frames[len(c.frames)-1].entries:]
+}
 
 // Get reports the value cached for ref: (value, false) if defined, (nil,
 // true) if recorded as undefined, (nil, false) if not cached.
@@ -94,7 +112,10 @@ func (c *virtualCache) Put(ref ast.Ref, value *ast.Term) {
 			return
 		}
 	}
-	c.entries = append(c.entries, virtualCacheEntry{hash: h, ref: ref, value: value, undefined: value == nil})
+	start := len(c.terms)
+	c.terms = append(c.terms, ref...)
+	own := c.terms[start:len(c.terms):len(c.terms)]
+	c.entries = append(c.entries, virtualCacheEntry{hash: h, ref: own, value: value, undefined: value == nil})
 }
 
 // Keys lists the references with a cached value in the top frame.

@@ -11,7 +11,10 @@ import (
 
 // TestVirtualCacheAnswersAsOPAs: the flat virtual cache answers every Get
 // and Keys as OPA's own tree does, over random sequences of Push, Pop, Put
-// (values and undefined) and Get on references that share prefixes.
+// (values and undefined) and Get on references that share prefixes. Put
+// is handed its key in one scratch buffer, cleared after each call, as
+// OPA's function calls hand theirs (evalFunc.cacheKey): the cache must
+// keep the key, not the buffer.
 func TestVirtualCacheAnswersAsOPAs(t *testing.T) {
 	refs := []ast.Ref{
 		ast.MustParseRef("data.partial.macrack.lib.new"),
@@ -22,6 +25,7 @@ func TestVirtualCacheAnswersAsOPAs(t *testing.T) {
 		ast.MustParseRef(`data.macrack.agent.scope.problems["MacNode"]`),
 	}
 	values := []*ast.Term{nil, ast.StringTerm("a"), ast.BooleanTerm(true), ast.ObjectTerm()}
+	scratch := make(ast.Ref, 0, 8)
 	rng := rand.New(rand.NewPCG(1, 2))
 	var gets, hits int
 	for round := 0; round < 200; round++ {
@@ -40,8 +44,10 @@ func TestVirtualCacheAnswersAsOPAs(t *testing.T) {
 				depth--
 			case op < 5:
 				v := values[rng.IntN(len(values))]
-				ours.Put(ref, v)
-				theirs.Put(ref, v)
+				scratch = append(scratch[:0], ref...)
+				ours.Put(scratch, v)
+				theirs.Put(scratch, v)
+				clear(scratch)
 			default:
 				gv, gu := ours.Get(ref)
 				wv, wu := theirs.Get(ref)
