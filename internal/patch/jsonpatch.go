@@ -1,11 +1,28 @@
 package patch
 
 import (
+	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
+
+// TestThenSet is a JSON patch that tests that the member at testPath still
+// holds value (nil: that it is absent), then sets each member below path
+// that changed from was to now, as a merge patch would (appendSetOps). A
+// failed test is the API server's 422, which conflict.Untested names.
+func TestThenSet(testPath string, value any, path string, was, now map[string]any) (client.Patch, error) {
+	ops := appendSetOps([]any{jsonOp{Op: "test", Path: testPath, Value: value}}, path, was, now)
+	body, err := json.Marshal(ops)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the JSON patch of %s: %w", path, err)
+	}
+	return client.RawPatch(types.JSONPatchType, body), nil
+}
 
 // jsonOp is one JSON patch (RFC 6902) operation. A test's value is written
 // even when null, which tests that the member is absent.

@@ -8,7 +8,6 @@ package patch
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"reflect"
 
@@ -16,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/boualleiguie/macrack-operator/internal/conflict"
@@ -132,13 +130,7 @@ func (h *Helper) statusPatch(before, after any) (client.Patch, error) {
 	now, _ := after.(map[string]any)
 	switch {
 	case h.lockOn != nil && len(was) > 0 && now != nil:
-		ops := []any{jsonOp{Op: "test", Path: h.lockOn.path, Value: h.lockOn.value}}
-		ops = appendSetOps(ops, "/status", was, now)
-		body, err := json.Marshal(ops)
-		if err != nil {
-			return nil, fmt.Errorf("encoding the status patch: %w", err)
-		}
-		return client.RawPatch(types.JSONPatchType, body), nil
+		return TestThenSet(h.lockOn.path, h.lockOn.value, "/status", was, now)
 	case h.lockOn != nil || h.lockStatus:
 		return client.MergeFromWithOptions(h.before, client.MergeFromWithOptimisticLock{}), nil
 	default:

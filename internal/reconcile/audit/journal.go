@@ -3,14 +3,13 @@ package audit
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/patch"
 )
 
 // journalPatch writes an observed kind's journal, from before to after,
@@ -45,48 +44,16 @@ func journalPatch(before, after *fleetv1alpha1.AuditJournal, emptyStatus bool) (
 	if err != nil {
 		return nil, err
 	}
-	type op struct {
-		Op    string `json:"op"`
-		Path  string `json:"path"`
-		Value any    `json:"value,omitempty"`
-	}
-	ops := []op{{Op: "test", Path: "/status/audit/nextSequence", Value: before.NextSequence}}
-	keys := make([]string, 0, len(now)+len(was))
-	for k := range now {
-		keys = append(keys, k)
-	}
-	for k := range was {
-		if _, ok := now[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		if k == "exportedSequence" || equality.Semantic.DeepEqual(was[k], now[k]) {
-			continue
-		}
-		if v, ok := now[k]; ok {
-			ops = append(ops, op{Op: "add", Path: "/status/audit/" + k, Value: v}) // add sets a member that exists
-		} else {
-			ops = append(ops, op{Op: "remove", Path: "/status/audit/" + k})
-		}
-	}
-	body, err := json.Marshal(ops)
-	if err != nil {
-		return nil, fmt.Errorf("encoding the journal patch: %w", err)
-	}
-	return client.RawPatch(types.JSONPatchType, body), nil
+	delete(was, "exportedSequence")
+	delete(now, "exportedSequence")
+	return patch.TestThenSet("/status/audit/nextSequence", before.NextSequence, "/status/audit", was, now)
 }
 
-// fields is j as JSON's top-level members.
-func fields(j *fleetv1alpha1.AuditJournal) (map[string]json.RawMessage, error) {
-	b, err := json.Marshal(j)
+// fields is j as JSON's members.
+func fields(j *fleetv1alpha1.AuditJournal) (map[string]any, error) {
+	out, err := runtime.DefaultUnstructuredConverter.ToUnstructured(j)
 	if err != nil {
-		return nil, fmt.Errorf("encoding the journal: %w", err)
-	}
-	out := map[string]json.RawMessage{}
-	if err := json.Unmarshal(b, &out); err != nil {
-		return nil, fmt.Errorf("decoding the journal: %w", err)
+		return nil, fmt.Errorf("converting the journal: %w", err)
 	}
 	return out, nil
 }
