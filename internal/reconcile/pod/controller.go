@@ -203,9 +203,18 @@ func sameCondition(a, b metav1.Condition) bool {
 }
 
 // gone: a deleted instance whose agent has wiped it holds no VM; it may
-// linger, held by its audit finalizer, but with no Pod.
+// linger, held by its audit finalizer, but with no Pod. Its Pod goes as
+// soon as the wipe is on record, with the stop (the agent writes the two
+// at once), not when the agent's finalizer comes off moments later:
+// mirrored first, it would be written Succeeded, a write nobody reads on a
+// Pod about to go (issue 39). A deleted instance whose VM stopped but whose
+// wipe waits still has its Pod, which shows it stopped.
 func gone(i *computev1alpha1.MacOSInstance) bool {
-	return !i.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(i, fleetv1alpha1.DiskWipeFinalizer)
+	if i.DeletionTimestamp.IsZero() {
+		return false
+	}
+	wiped := i.Status.Runtime != nil && i.Status.Runtime.WipedAt != nil
+	return wiped || !controllerutil.ContainsFinalizer(i, fleetv1alpha1.DiskWipeFinalizer)
 }
 
 // observe reads the instance's chassis, Node and Pod.
