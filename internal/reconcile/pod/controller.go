@@ -180,6 +180,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		if after == nil || (before != nil && equality.Semantic.DeepEqual(*before, *after)) {
 			return
 		}
+		if before != nil && !inst.DeletionTimestamp.IsZero() && sameCondition(*before, restamped(*after, before.ObservedGeneration)) {
+			// The delete raised the generation, and nothing else moved: a
+			// deleting instance's conditions stay at the generation they
+			// spoke of, as placement's Placed does (issue 39). One waits for
+			// a deleted instance with --for=delete, not for its conditions.
+			return
+		}
 		if w, ok := r.applied.Load(inst.UID); ok && sameCondition(*after, w.(metav1.Condition)) {
 			return // written; the cache has not shown it yet
 		}
@@ -194,6 +201,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{RequeueAfter: conflict.RetryAfter}, nil
 	}
 	return res, err
+}
+
+// restamped is c at generation g.
+func restamped(c metav1.Condition, g int64) metav1.Condition {
+	c.ObservedGeneration = g
+	return c
 }
 
 // sameCondition: a and b say the same, at the same generation, whatever

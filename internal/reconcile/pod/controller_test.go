@@ -485,3 +485,47 @@ func TestADeletedInstancesPodGoesWithoutItsLastStatus(t *testing.T) {
 		})
 	}
 }
+
+// The generation a delete raises moves nothing the Pod condition says: a
+// deleting instance's condition stays at the generation it spoke of, as
+// Placed does, unwritten (issue 39). The positive control: a live
+// instance's new generation is stamped on it.
+func TestADeletingInstancesPodConditionIsNotRestamped(t *testing.T) {
+	for _, deleting := range []bool{true, false} {
+		r, c := setup(t, placed(computev1alpha1.VMRunning, true))
+		reconcileA(t, r)
+		if cond := podCondition(t, c); cond == nil || cond.Status != metav1.ConditionTrue {
+			t.Fatalf("the Pod condition is %+v", cond)
+		}
+		applies := 0
+		r.Client = interceptor.NewClient(c, interceptor.Funcs{
+			SubResourceApply: func(ctx context.Context, cl client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+				applies++
+				return cl.SubResource(sub).Apply(ctx, obj, opts...)
+			},
+		})
+		i := &computev1alpha1.MacOSInstance{}
+		_ = c.Get(context.Background(), types.NamespacedName{Namespace: "t", Name: "a"}, i)
+		gen := i.Generation
+		i.Generation++ // what the API server does to a custom resource on its delete, or a spec change
+		if err := c.Update(context.Background(), i); err != nil {
+			t.Fatal(err)
+		}
+		if _ = c.Get(context.Background(), types.NamespacedName{Namespace: "t", Name: "a"}, i); i.Generation != gen+1 {
+			t.Fatalf("generation %d, want %d", i.Generation, gen+1)
+		}
+		if deleting {
+			if err := c.Delete(context.Background(), i); err != nil { // held by the agent's finalizer
+				t.Fatal(err)
+			}
+		}
+		reconcileA(t, r)
+		cond := podCondition(t, c)
+		switch {
+		case deleting && (applies != 0 || cond.ObservedGeneration != gen):
+			t.Fatalf("deleting: %d applies, the condition at generation %d: want none, at %d", applies, cond.ObservedGeneration, gen)
+		case !deleting && (applies != 1 || cond.ObservedGeneration != gen+1):
+			t.Fatalf("live: %d applies, the condition at generation %d: want one, at %d", applies, cond.ObservedGeneration, gen+1)
+		}
+	}
+}
