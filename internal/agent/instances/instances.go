@@ -460,6 +460,11 @@ func (r *Instances) stop(ctx context.Context, uid string) error {
 }
 
 // teardown stops the VM, wipes its disk, and only then lets the instance go.
+// The stop and the wipe's evidence go on record in one status write (issue
+// 39): the stop is the deletion's, and the wipe follows at once. Until that
+// write, the stop is kept in the state directory, since the helper that
+// knew how the VM went down is gone by then. Should anything between the
+// two fail, the stop goes on record at once, with the failure.
 func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *computev1alpha1.MacOSInstance) error {
 	if !controllerutil.ContainsFinalizer(inst, fleetv1alpha1.DiskWipeFinalizer) {
 		return nil
@@ -473,19 +478,28 @@ func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *compute
 	if err != nil {
 		return fmt.Errorf("stopping %s: %w", uid, err)
 	}
-	var stop *computev1alpha1.VMStop
+	// A stop an earlier pass made, or an agent killed before it recorded
+	// it, is still to be recorded.
+	stop, err := r.keptStop(inst.UID)
+	if err != nil {
+		log.Error(err, "Reading a deleted instance's unrecorded stop failed; its wipe is recorded without it", "MacOSInstance", client.ObjectKeyFromObject(inst))
+	}
 	if method != "" {
 		stop = &computev1alpha1.VMStop{Method: method, Reason: computev1alpha1.StopReasonInstanceDeleted, At: metav1.NewTime(r.Clock.Now().UTC().Truncate(time.Second))}
-	}
-	if err := r.reportStopped(ctx, inst, "stopped; wiping the disk", stop); err != nil {
-		return err
+		if err := r.keepStop(inst.UID, stop); err != nil {
+			// Not kept past the helper: on record now, as a stop on its own.
+			log.Error(err, "Keeping a deleted instance's stop failed; it is recorded apart from its wipe", "MacOSInstance", client.ObjectKeyFromObject(inst))
+			if err := r.reportStopped(ctx, inst, msgStoppedWiping, stop); err != nil {
+				return err
+			}
+		}
 	}
 	if err := r.Launcher.Remove(ctx, uid); err != nil {
-		return fmt.Errorf("removing the helper of %s: %w", uid, err)
+		return r.stoppedUnwiped(ctx, inst, stop, fmt.Errorf("removing the helper of %s: %w", uid, err))
 	}
 	ev, err := r.Disks.Wipe(uid)
 	if err != nil {
-		return err
+		return r.stoppedUnwiped(ctx, inst, stop, err)
 	}
 	r.Jobs.Forget(inst.UID)
 	// The operator returns the chassis only once its inventory is empty:
@@ -503,14 +517,14 @@ func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *compute
 			w = r.evidence(Owner{Namespace: inst.Namespace, Name: inst.Name, UID: inst.UID, LeaseName: inst.Spec.LeaseName}, ev)
 			r.recordWipe(w)
 		}
-		evidence, err := json.Marshal(map[string]any{"status": map[string]any{"runtime": map[string]any{"wipedAt": metav1.NewTime(r.Clock.Now()), "wipe": w}}})
-		if err != nil {
-			return err
-		}
-		if err := r.Client.Status().Patch(ctx, inst, client.RawPatch(types.MergePatchType, evidence)); err != nil {
-			return client.IgnoreNotFound(fmt.Errorf("recording the wipe of %s: %w", uid, err))
+		rt := stoppedRuntime(inst, msgStoppedWiped, stop)
+		at := metav1.NewTime(r.Clock.Now())
+		rt.WipedAt, rt.Wipe = &at, &w
+		if err := r.writeRuntime(ctx, inst, rt); err != nil {
+			return r.stoppedUnwiped(ctx, inst, stop, fmt.Errorf("recording the stop and the wipe of %s: %w", uid, err))
 		}
 	}
+	r.forgetStop(log, inst.UID)
 	// The chassis' history takes the evidence from the MacNode's report
 	// when the lease is released, which may be as soon as this instance is
 	// gone: report it first, with the emptied inventory, in one write.

@@ -79,6 +79,13 @@ func quarantineMessage(mn *fleetv1alpha1.MacNode) string {
 // reportStopped writes phase Stopped with msg, and stop as lastStop if the
 // agent just stopped the VM (else the last stop recorded stays).
 func (r *Instances) reportStopped(ctx context.Context, inst *computev1alpha1.MacOSInstance, msg string, stop *computev1alpha1.VMStop) error {
+	return r.writeRuntime(ctx, inst, stoppedRuntime(inst, msg, stop))
+}
+
+// stoppedRuntime is inst's status.runtime once its VM stopped: phase
+// Stopped with msg, and stop as lastStop if there is one (else the last
+// stop recorded stays).
+func stoppedRuntime(inst *computev1alpha1.MacOSInstance, msg string, stop *computev1alpha1.VMStop) computev1alpha1.RuntimeStatus {
 	rt := computev1alpha1.RuntimeStatus{Phase: computev1alpha1.VMStopped, Message: truncate(msg, maxMessage)}
 	if old := inst.Status.Runtime; old != nil {
 		rt.WipedAt, rt.Wipe, rt.LastStop = old.WipedAt, old.Wipe, old.LastStop
@@ -89,7 +96,57 @@ func (r *Instances) reportStopped(ctx context.Context, inst *computev1alpha1.Mac
 	if stop != nil {
 		rt.LastStop = stop
 	}
-	return r.writeRuntime(ctx, inst, rt)
+	return rt
+}
+
+// What a deleted instance's status.runtime.message says once its VM is down.
+const (
+	msgStoppedWiping  = "stopped; wiping the disk"
+	msgStoppedWiped   = "stopped; the disk is wiped"
+	msgStoppedUnwiped = "stopped; the disk's wipe is not on record yet, and is tried again: "
+)
+
+// stoppedUnwiped puts a deleted instance's stop on record when its disk's
+// wipe could not be done or recorded after it (cause): the stop is not held
+// back for a wipe that may take a while to succeed. It returns cause, for a
+// retry.
+func (r *Instances) stoppedUnwiped(ctx context.Context, inst *computev1alpha1.MacOSInstance, stop *computev1alpha1.VMStop, cause error) error {
+	if inst.Status.Runtime != nil && inst.Status.Runtime.WipedAt != nil {
+		return cause
+	}
+	if err := r.reportStopped(ctx, inst, msgStoppedUnwiped+cause.Error(), stop); err != nil {
+		return errors.Join(cause, err)
+	}
+	r.forgetStop(ctrl.LoggerFrom(ctx), inst.UID)
+	return cause
+}
+
+// stopFile is where a deleted instance's stop is kept from its helper's
+// removal to the status write that records it with the wipe: the helper,
+// which could say how the VM went down, is gone by then, and an agent may
+// be killed in between.
+func stopFile(uid types.UID) string { return "stop-" + string(uid) + ".json" }
+
+// keepStop keeps the stop of instance uid until it is on record.
+func (r *Instances) keepStop(uid types.UID, stop *computev1alpha1.VMStop) error {
+	return r.writeState(stopFile(uid), stop)
+}
+
+// keptStop is the stop of instance uid that keepStop kept; nil if none.
+func (r *Instances) keptStop(uid types.UID) (*computev1alpha1.VMStop, error) {
+	var stop computev1alpha1.VMStop
+	ok, err := r.readState(stopFile(uid), &stop)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &stop, nil
+}
+
+// forgetStop drops the kept stop of instance uid, now on record.
+func (r *Instances) forgetStop(log logr.Logger, uid types.UID) {
+	if err := r.removeState(stopFile(uid)); err != nil {
+		log.Error(err, "Removing a recorded stop from the state directory failed", "instanceUID", string(uid))
+	}
 }
 
 // stopGracefully stops the VM of instance uid, gentlest first, and

@@ -180,6 +180,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		if after == nil || (before != nil && equality.Semantic.DeepEqual(*before, *after)) {
 			return
 		}
+		if before != nil && !inst.DeletionTimestamp.IsZero() && sameCondition(*before, restamped(*after, before.ObservedGeneration)) {
+			// The delete raised the generation, and nothing else moved: a
+			// deleting instance's conditions stay at the generation they
+			// spoke of, as placement's Placed does (issue 39). One waits for
+			// a deleted instance with --for=delete, not for its conditions.
+			return
+		}
 		if w, ok := r.applied.Load(inst.UID); ok && sameCondition(*after, w.(metav1.Condition)) {
 			return // written; the cache has not shown it yet
 		}
@@ -196,6 +203,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	return res, err
 }
 
+// restamped is c at generation g.
+func restamped(c metav1.Condition, g int64) metav1.Condition {
+	c.ObservedGeneration = g
+	return c
+}
+
 // sameCondition: a and b say the same, at the same generation, whatever
 // their transition times.
 func sameCondition(a, b metav1.Condition) bool {
@@ -203,9 +216,18 @@ func sameCondition(a, b metav1.Condition) bool {
 }
 
 // gone: a deleted instance whose agent has wiped it holds no VM; it may
-// linger, held by its audit finalizer, but with no Pod.
+// linger, held by its audit finalizer, but with no Pod. Its Pod goes as
+// soon as the wipe is on record, with the stop (the agent writes the two
+// at once), not when the agent's finalizer comes off moments later:
+// mirrored first, it would be written Succeeded, a write nobody reads on a
+// Pod about to go (issue 39). A deleted instance whose VM stopped but whose
+// wipe waits still has its Pod, which shows it stopped.
 func gone(i *computev1alpha1.MacOSInstance) bool {
-	return !i.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(i, fleetv1alpha1.DiskWipeFinalizer)
+	if i.DeletionTimestamp.IsZero() {
+		return false
+	}
+	wiped := i.Status.Runtime != nil && i.Status.Runtime.WipedAt != nil
+	return wiped || !controllerutil.ContainsFinalizer(i, fleetv1alpha1.DiskWipeFinalizer)
 }
 
 // observe reads the instance's chassis, Node and Pod.

@@ -426,3 +426,106 @@ func TestThePodIsWrittenFirstWhenTheVMIsReported(t *testing.T) {
 		t.Fatalf("start time %v, want the Pod's creation %v", p.Status.StartTime, created)
 	}
 }
+
+// A deleted instance's Pod goes once the agent has the stop and the wipe on
+// record (one write), without a Succeeded written first: nobody reads the
+// status of a Pod deleted right after (issue 39). The Pod of a VM that
+// stops while its instance lives on, or whose deleted instance still waits
+// for its wipe, is written Succeeded: it must show the VM stopped.
+func TestADeletedInstancesPodGoesWithoutItsLastStatus(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		deleted   bool
+		wiped     bool
+		succeeded bool
+	}{
+		{"deleted, stopped and wiped", true, true, false},
+		{"stopped while the instance lives on", false, false, true},
+		{"deleted and stopped, the wipe still to come", true, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, c := setup(t, placed(computev1alpha1.VMRunning, true))
+			reconcileA(t, r)
+			getPod(t, c, "a") // Running, written
+			statusWrites := 0
+			r.Client = interceptor.NewClient(c, interceptor.Funcs{
+				SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+					if _, ok := obj.(*corev1.Pod); ok && sub == "status" {
+						statusWrites++
+					}
+					return cl.SubResource(sub).Patch(ctx, obj, p, opts...)
+				},
+			})
+			if tc.deleted {
+				i := &computev1alpha1.MacOSInstance{}
+				_ = c.Get(context.Background(), types.NamespacedName{Namespace: "t", Name: "a"}, i)
+				if err := c.Delete(context.Background(), i); err != nil { // held by the agent's finalizer
+					t.Fatal(err)
+				}
+			}
+			rt := computev1alpha1.RuntimeStatus{Phase: computev1alpha1.VMStopped,
+				LastStop: &computev1alpha1.VMStop{Method: computev1alpha1.StopGuestShutdown, At: metav1.NewTime(t0)}}
+			if tc.wiped {
+				rt.WipedAt = &metav1.Time{Time: t0}
+			}
+			setRuntime(t, c, rt)
+			reconcileA(t, r)
+
+			p := &corev1.Pod{}
+			err := c.Get(context.Background(), types.NamespacedName{Namespace: "t", Name: "a"}, p)
+			if tc.succeeded {
+				if err != nil || p.Status.Phase != corev1.PodSucceeded || statusWrites != 1 {
+					t.Fatalf("Pod %v (%v), %d status writes: want it Succeeded, in one", p.Status.Phase, err, statusWrites)
+				}
+				return
+			}
+			if !apierrors.IsNotFound(err) || statusWrites != 0 {
+				t.Fatalf("Pod %v (%v), %d status writes: want it gone, unwritten", p.Status.Phase, err, statusWrites)
+			}
+		})
+	}
+}
+
+// The generation a delete raises moves nothing the Pod condition says: a
+// deleting instance's condition stays at the generation it spoke of, as
+// Placed does, unwritten (issue 39). The positive control: a live
+// instance's new generation is stamped on it.
+func TestADeletingInstancesPodConditionIsNotRestamped(t *testing.T) {
+	for _, deleting := range []bool{true, false} {
+		r, c := setup(t, placed(computev1alpha1.VMRunning, true))
+		reconcileA(t, r)
+		if cond := podCondition(t, c); cond == nil || cond.Status != metav1.ConditionTrue {
+			t.Fatalf("the Pod condition is %+v", cond)
+		}
+		applies := 0
+		r.Client = interceptor.NewClient(c, interceptor.Funcs{
+			SubResourceApply: func(ctx context.Context, cl client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+				applies++
+				return cl.SubResource(sub).Apply(ctx, obj, opts...)
+			},
+		})
+		i := &computev1alpha1.MacOSInstance{}
+		_ = c.Get(context.Background(), types.NamespacedName{Namespace: "t", Name: "a"}, i)
+		gen := i.Generation
+		i.Generation++ // what the API server does to a custom resource on its delete, or a spec change
+		if err := c.Update(context.Background(), i); err != nil {
+			t.Fatal(err)
+		}
+		if _ = c.Get(context.Background(), types.NamespacedName{Namespace: "t", Name: "a"}, i); i.Generation != gen+1 {
+			t.Fatalf("generation %d, want %d", i.Generation, gen+1)
+		}
+		if deleting {
+			if err := c.Delete(context.Background(), i); err != nil { // held by the agent's finalizer
+				t.Fatal(err)
+			}
+		}
+		reconcileA(t, r)
+		cond := podCondition(t, c)
+		switch {
+		case deleting && (applies != 0 || cond.ObservedGeneration != gen):
+			t.Fatalf("deleting: %d applies, the condition at generation %d: want none, at %d", applies, cond.ObservedGeneration, gen)
+		case !deleting && (applies != 1 || cond.ObservedGeneration != gen+1):
+			t.Fatalf("live: %d applies, the condition at generation %d: want one, at %d", applies, cond.ObservedGeneration, gen+1)
+		}
+	}
+}

@@ -294,28 +294,31 @@ var _ = Describe("One lease's whole life, on a quiet cluster", Ordered, func() {
 			"cursor macnodes.fleet.macrack.io/status PATCH": 2,
 			"operator nodes PATCH":                          2, // leased: the tenant label and taint; released: the unleased taint
 			"operator pods POST":                            1, // the instance's Pod, once it is placed
-			"operator pods DELETE":                          1, // at once, once the instance is wiped
-			// The Pod's status as the VM goes: Running and ready, Succeeded
-			// once it stopped. Not while the VM is not reported yet (issue
-			// 39): the Pod as created, Pending, says so already.
-			"operator pods/status PATCH":                       2,
+			"operator pods DELETE":                          1, // at once, once the instance's wipe is on record
+			// The Pod's status: Running and ready. Not while the VM is not
+			// reported yet (issue 39): the Pod as created, Pending, says so
+			// already. Not Succeeded as the deleted instance's VM stops
+			// (issue 39): the stop comes with the wipe, and the Pod goes.
+			"operator pods/status PATCH":                       1,
 			"operator macosinstances.compute.macrack.io PATCH": 1, // the exporter's macrack.io/audit off after the deleted record; on with the create
-			// The instance's status: the exporter's five journal writes
-			// (created, placed, running, stopped, wiped); and, each writer
-			// applying its own fields, Placed (placement), Pod=True when its
-			// Pod is made and again at the generation the delete raised (the
-			// Pod controller).
-			"operator macosinstances.compute.macrack.io/status PATCH": 5,
-			"operator macosinstances.compute.macrack.io/status APPLY": 3,
+			// The instance's status: the exporter's four journal writes
+			// (created, placed, running, then stopped and wiped together, as
+			// the agent writes them); and, each writer applying its own
+			// fields, Placed (placement) and Pod=True when its Pod is made
+			// (the Pod controller; not again at the generation the delete
+			// raised, issue 39).
+			"operator macosinstances.compute.macrack.io/status PATCH": 4,
+			"operator macosinstances.compute.macrack.io/status APPLY": 2,
 			// No cursor write on the instance either, for the lease's reasons.
 			// The agent: its finalizer on when placed, off after the wipe;
-			// the VM Running (with the guest's first report), Stopped, and
-			// the wipe's evidence; on the chassis, its one reporter's
+			// the VM Running (with the guest's first report), then Stopped
+			// with the wipe's evidence, in one write (issue 39); on the
+			// chassis, its one reporter's
 			// writes: the inventory with the VM running, with the golden
 			// cache (the clone is a cache hit), and the inventory empty
 			// again with the wipes (issue 37: 4 + transient before).
 			"agent macosinstances.compute.macrack.io PATCH":        2,
-			"agent macosinstances.compute.macrack.io/status PATCH": 3,
+			"agent macosinstances.compute.macrack.io/status PATCH": 2,
 			"agent macnodes.fleet.macrack.io/status PATCH":         2 + transient + cacheAlone,
 			// Events: LeaseBound, NodeTainted, Placed, PodCreated, DiskWiped,
 			// LeaseHeld, LeaseReleased, NodeTainted, PhaseReady.
