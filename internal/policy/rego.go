@@ -192,7 +192,7 @@ func (r *regoRule) forShape(ctx context.Context, s shape, known func() ast.Value
 		return &specialized{query: r.query}
 	}
 	sp, _ := r.specialized.get(s, func() (*specialized, error) {
-		sp, err := r.specialize(ctx, known(), s.unknowns())
+		sp, err := r.specialize(ctx, s, known())
 		if err != nil {
 			// Kept, so that the shape does not pay a failed specialization
 			// on every request.
@@ -203,11 +203,11 @@ func (r *regoRule) forShape(ctx context.Context, s shape, known func() ast.Value
 	return sp
 }
 
-func (r *regoRule) specialize(ctx context.Context, input ast.Value, unknowns []*ast.Term) (*specialized, error) {
+func (r *regoRule) specialize(ctx context.Context, s shape, input ast.Value) (*specialized, error) {
 	pq, err := rego.New(
 		rego.ParsedQuery(violationsQuery(r.pkg)),
 		rego.Compiler(r.compiler),
-		rego.ParsedUnknowns(unknowns),
+		rego.ParsedUnknowns(s.unknowns()),
 		rego.ParsedInput(input),
 		rego.StrictBuiltinErrors(true),
 		rego.DisableInlining(r.notInlined),
@@ -218,7 +218,7 @@ func (r *regoRule) specialize(ctx context.Context, input ast.Value, unknowns []*
 	if len(pq.Queries) != 1 {
 		return nil, fmt.Errorf("%s: partial evaluation gave %d queries", r.id, len(pq.Queries))
 	}
-	query := pq.Queries[0]
+	query := presentObjects(s, pq.Queries[0], pq.Support)
 	// The residual's support modules may still name the rule's own rules and
 	// the libraries: compile them together.
 	compiler := newCompiler()
