@@ -156,6 +156,12 @@ type RuntimeStatus struct {
 	// when and how.
 	// +optional
 	Wipe *fleetv1alpha1.WipeEvidence `json:"wipe,omitempty"`
+	// startedAt is when the VM's current run, or its last one, started:
+	// set by the report that first says Running after any other phase, and
+	// kept until the next run starts. The audit stream's running record is
+	// derived from it.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
 	// lastStop is how the agent last stopped the VM, and why.
 	// +optional
 	LastStop *VMStop `json:"lastStop,omitempty"`
@@ -305,8 +311,12 @@ type MacOSInstanceStatus struct {
 	// +optional
 	Runtime *RuntimeStatus `json:"runtime,omitempty"`
 
-	// audit is this object's journal of unexported transitions; see
-	// AuditJournal for who writes what.
+	// audit is no longer written: an instance's audit records are derived
+	// from the facts its owners keep (creationTimestamp, nodeName and the
+	// Placed condition, runtime.startedAt, lastStop and wipe), and the
+	// exporter holds the instance's finalizer until they are out. A
+	// journal an older operator left is ignored; its transitions are
+	// derived again. The field stays while agent.scope names it.
 	// +optional
 	Audit *fleetv1alpha1.AuditJournal `json:"audit,omitempty"`
 }

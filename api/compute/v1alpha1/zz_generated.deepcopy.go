@@ -223,6 +223,10 @@ func (in *RuntimeStatus) DeepCopyInto(out *RuntimeStatus) {
 		*out = new(fleetv1alpha1.WipeEvidence)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.StartedAt != nil {
+		in, out := &in.StartedAt, &out.StartedAt
+		*out = (*in).DeepCopy()
+	}
 	if in.LastStop != nil {
 		in, out := &in.LastStop, &out.LastStop
 		*out = new(VMStop)
