@@ -371,4 +371,3 @@ func TestADeletedChassisOrImageGoesOnlyOnceItsRecordsAreOut(t *testing.T) {
 		})
 	}
 }
-

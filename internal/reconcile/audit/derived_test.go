@@ -86,7 +86,9 @@ func TestAnInstancesDerivedRecordsGoOutThroughAnOutageARestartAndItsDeletion(t *
 	agent(func(rt *computev1alpha1.RuntimeStatus) {
 		rt.Phase, rt.LastStop = computev1alpha1.VMStopped, &computev1alpha1.VMStop{Method: computev1alpha1.StopGuestShutdown, Reason: "ChassisQuarantined", At: *mt(10 * time.Minute)}
 	})
-	agent(func(rt *computev1alpha1.RuntimeStatus) { rt.Phase, rt.StartedAt = computev1alpha1.VMRunning, mt(20*time.Minute) })
+	agent(func(rt *computev1alpha1.RuntimeStatus) {
+		rt.Phase, rt.StartedAt = computev1alpha1.VMRunning, mt(20*time.Minute)
+	})
 	s.down = false
 	clk.Step(time.Minute)
 	reconcile()
