@@ -575,7 +575,7 @@ func macNode(name string) *fleetv1alpha1.MacNode {
 
 // testedPatch: a 422 refusing a JSON patch whose test failed, the lock of
 // a finalizer write (internal/finalizer) or of a journal's sequence (the
-// exporter's instance journal, the lease controller's journal), lost to
+// lease controller's journal), lost to
 // another write of that list or sequence as a 409 would have been.
 func testedPatch(w write) bool {
 	return w.Code == http.StatusUnprocessableEntity && w.Verb == "patch" && bytes.HasPrefix(w.Body, []byte("[")) && bytes.Contains(w.Body, []byte(`"op":"test"`))
