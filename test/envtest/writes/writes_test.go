@@ -292,9 +292,9 @@ var _ = Describe("One lease's whole life, on a quiet cluster", Ordered, func() {
 			"operator macnodes.fleet.macrack.io/status PATCH": 6,
 			// No cursor write on the chassis (issue 39): it is written once
 			// 32 records are past it, which a life's four do not reach.
-			"operator nodes PATCH":                          2, // leased: the tenant label and taint; released: the unleased taint
-			"operator pods POST":                            1, // the instance's Pod, once it is placed
-			"operator pods DELETE":                          1, // at once, once the instance is wiped
+			"operator nodes PATCH": 2, // leased: the tenant label and taint; released: the unleased taint
+			"operator pods POST":   1, // the instance's Pod, once it is placed
+			"operator pods DELETE": 1, // at once, once the instance is wiped
 			// The Pod's status as the VM goes: Running and ready, Succeeded
 			// once it stopped. Not while the VM is not reported yet (issue
 			// 39): the Pod as created, Pending, says so already.
