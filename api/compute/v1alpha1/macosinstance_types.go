@@ -289,7 +289,10 @@ const (
 )
 
 // MacOSInstanceStatus is split by owner: nodeName and the Placed condition are
-// the operator's, runtime is the host agent's.
+// the operator's, runtime is the host agent's. It has no audit journal: the
+// instance's audit records are derived from these facts (nodeName with the
+// Placed condition, runtime.startedAt, lastStop and wipe), and the exporter
+// holds the instance's finalizer until they are out.
 type MacOSInstanceStatus struct {
 	// nodeName is the Node the operator placed the instance on, after it
 	// claimed a slot there. It is a selectable field, so that each agent
@@ -310,15 +313,6 @@ type MacOSInstanceStatus struct {
 	// runtime is the host agent's report of the VM.
 	// +optional
 	Runtime *RuntimeStatus `json:"runtime,omitempty"`
-
-	// audit is no longer written: an instance's audit records are derived
-	// from the facts its owners keep (creationTimestamp, nodeName and the
-	// Placed condition, runtime.startedAt, lastStop and wipe), and the
-	// exporter holds the instance's finalizer until they are out. A
-	// journal an older operator left is ignored; its transitions are
-	// derived again. The field stays while agent.scope names it.
-	// +optional
-	Audit *fleetv1alpha1.AuditJournal `json:"audit,omitempty"`
 }
 
 // +kubebuilder:object:root=true
