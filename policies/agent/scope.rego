@@ -178,7 +178,7 @@ instance_update_problems contains sprintf("may write only instances placed on it
 }
 
 instance_update_problems contains sprintf("may change only status.runtime and the macrack.io/disk-wipe finalizer of an instance, not %s", [field]) if {
-	some field in (changed_fields({"nodeName", "observedGeneration", "conditions", "audit"}, {"labels", "annotations", "ownerReferences"}) | changed_other_finalizers)
+	some field in (changed_fields({"nodeName", "observedGeneration", "conditions"}, {"labels", "annotations", "ownerReferences"}) | changed_other_finalizers)
 }
 
 changed_other_finalizers := {"metadata.finalizers"} if {

@@ -156,6 +156,12 @@ type RuntimeStatus struct {
 	// when and how.
 	// +optional
 	Wipe *fleetv1alpha1.WipeEvidence `json:"wipe,omitempty"`
+	// startedAt is when the VM's current run, or its last one, started:
+	// set by the report that first says Running after any other phase, and
+	// kept until the next run starts. The audit stream's running record is
+	// derived from it.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
 	// lastStop is how the agent last stopped the VM, and why.
 	// +optional
 	LastStop *VMStop `json:"lastStop,omitempty"`
@@ -283,7 +289,10 @@ const (
 )
 
 // MacOSInstanceStatus is split by owner: nodeName and the Placed condition are
-// the operator's, runtime is the host agent's.
+// the operator's, runtime is the host agent's. It has no audit journal: the
+// instance's audit records are derived from these facts (nodeName with the
+// Placed condition, runtime.startedAt, lastStop and wipe), and the exporter
+// holds the instance's finalizer until they are out.
 type MacOSInstanceStatus struct {
 	// nodeName is the Node the operator placed the instance on, after it
 	// claimed a slot there. It is a selectable field, so that each agent
@@ -304,11 +313,6 @@ type MacOSInstanceStatus struct {
 	// runtime is the host agent's report of the VM.
 	// +optional
 	Runtime *RuntimeStatus `json:"runtime,omitempty"`
-
-	// audit is this object's journal of unexported transitions; see
-	// AuditJournal for who writes what.
-	// +optional
-	Audit *fleetv1alpha1.AuditJournal `json:"audit,omitempty"`
 }
 
 // +kubebuilder:object:root=true

@@ -2,11 +2,13 @@ package v1alpha1
 
 import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-// The audit and billing stream. Every transition of a lease, an instance, a
-// chassis or an image is first written into its object, as an AuditRecord,
-// in the same write as the transition itself; the exporter then publishes it
-// and advances the object's exportedSequence. A record therefore lives in the
-// API until a sink has acknowledged it.
+// The audit and billing stream. Every transition of a lease, a chassis or an
+// image is first written into its object, as an AuditRecord, in the same
+// write as the transition itself; the exporter then publishes it and, when
+// the journal needs the room, advances the object's exportedSequence. An
+// instance's records are derived from the facts its status keeps (its
+// placement, its run's start, its last stop, its wipe). A record therefore
+// lives in the API until a sink has acknowledged it.
 const (
 	// AuditFinalizer keeps a released lease, or a deleted instance,
 	// chassis or image, until its final audit records are acknowledged. Only the operator removes it
@@ -33,9 +35,8 @@ const (
 )
 
 // AuditJournal is an object's unexported transitions. records and
-// nextSequence have one writer, the object's controller (for a
-// MacOSInstance, whose transitions its agent reports, the exporter, which
-// observes them); exportedSequence has one writer, the exporter.
+// nextSequence have one writer, the object's controller; exportedSequence
+// has one writer, the exporter.
 type AuditJournal struct {
 	// nextSequence is the sequence number the next record will take. The
 	// first record is 1.
@@ -54,8 +55,8 @@ type AuditJournal struct {
 	// +kubebuilder:validation:MaxItems=64
 	Records []AuditRecord `json:"records,omitempty"`
 
-	// observed is what the exporter last saw of a kind whose transitions it
-	// observes rather than receives (an instance's placement, run and wipe).
+	// observed is what the journal's writer last journaled of facts that
+	// another writes (a chassis' binding and its golden copies).
 	// +optional
 	Observed map[string]string `json:"observed,omitempty"`
 }

@@ -569,6 +569,11 @@ func (r *Instances) reportGuest(ctx context.Context, inst *computev1alpha1.MacOS
 	if w.config != nil {
 		rt.GuestConfig = w.config
 	}
+	if phase == computev1alpha1.VMRunning {
+		// A run starts with the first report that says Running: its time
+		// is the audit stream's running record, in this same write.
+		rt.StartedAt = startedAt(inst.Status.Runtime, r.Clock.Now())
+	}
 	if g != nil {
 		at := metav1.NewTime(r.Clock.Now())
 		rt.BootStage, rt.XcodeVersions, rt.ReadyForWork, rt.LastReportAt = g.BootStage, g.XcodeVersions, g.ReadyForWork, &at
@@ -594,6 +599,17 @@ func (r *Instances) reportGuest(ctx context.Context, inst *computev1alpha1.MacOS
 		}
 	}
 	return r.writeRuntime(ctx, inst, rt)
+}
+
+// startedAt is a Running report's run start: old's, while old already
+// said Running, else now (a run starts, or a report from before startedAt
+// existed gets one).
+func startedAt(old *computev1alpha1.RuntimeStatus, now time.Time) *metav1.Time {
+	if old != nil && old.Phase == computev1alpha1.VMRunning && old.StartedAt != nil {
+		return old.StartedAt
+	}
+	t := metav1.NewTime(now.UTC().Truncate(time.Second))
+	return &t
 }
 
 // guestReportRefresh is how stale status.runtime.lastReportAt may grow
@@ -626,6 +642,9 @@ func (r *Instances) reportPull(ctx context.Context, inst *computev1alpha1.MacOSI
 // writeRuntime writes status.runtime, and nothing else, with a merge patch,
 // unless it holds rt already.
 func (r *Instances) writeRuntime(ctx context.Context, inst *computev1alpha1.MacOSInstance, rt computev1alpha1.RuntimeStatus) error {
+	if old := inst.Status.Runtime; old != nil && rt.StartedAt == nil {
+		rt.StartedAt = old.StartedAt // the last run's start stays until the next
+	}
 	if inst.Status.Runtime != nil && equalRuntime(*inst.Status.Runtime, rt) {
 		return nil
 	}

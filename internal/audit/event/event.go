@@ -45,6 +45,15 @@ func ID(kind string, uid string, seq int64) string {
 	return kind + "/" + uid + "/" + strconv.FormatInt(seq, 10)
 }
 
+// FactID is the deterministic id of a record derived from a fact its
+// object keeps (an instance's: issue 39), rather than journaled under a
+// sequence: the object's kind and UID, the record's type and the fact's
+// own time, to the second. Whoever derives the fact again, after a
+// restart or under a new leader, names it the same.
+func FactID(kind, uid, typ string, at time.Time) string {
+	return kind + "/" + uid + "/" + typ + "/" + at.UTC().Format(time.RFC3339)
+}
+
 // DeletedID is the id of the one record an object's deletion makes.
 func DeletedID(kind, uid string) string { return kind + "/" + uid + "/deleted" }
 
@@ -65,6 +74,15 @@ func (o Origin) Event(kind, controller string, obj metav1.Object, rec fleetv1alp
 	return o.event(ID(kind, string(obj.GetUID()), rec.Sequence), Type(kind, rec.Type), controller, subject(obj), rec.Time.Time, Data{
 		Kind: kind, UID: string(obj.GetUID()), Namespace: obj.GetNamespace(), Name: obj.GetName(),
 		Sequence: rec.Sequence, Reason: rec.Reason, Message: rec.Message, Attributes: rec.Attributes,
+	})
+}
+
+// Fact makes a record derived from a fact of obj a CloudEvent, under
+// FactID: it carries no sequence.
+func (o Origin) Fact(kind, controller string, obj metav1.Object, rec fleetv1alpha1.AuditRecord) (cloudevents.Event, error) {
+	return o.event(FactID(kind, string(obj.GetUID()), rec.Type, rec.Time.Time), Type(kind, rec.Type), controller, subject(obj), rec.Time.Time, Data{
+		Kind: kind, UID: string(obj.GetUID()), Namespace: obj.GetNamespace(), Name: obj.GetName(),
+		Reason: rec.Reason, Message: rec.Message, Attributes: rec.Attributes,
 	})
 }
 

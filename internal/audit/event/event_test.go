@@ -41,8 +41,9 @@ func newChassis() *fleetv1alpha1.MacNode {
 
 func TestIDsAndTypes(t *testing.T) {
 	for got, want := range map[string]string{
-		ID("lease", "u-1", 7):                 "lease/u-1/7",
-		DeletedID("instance", "u-2"):          "instance/u-2/deleted",
+		ID("lease", "u-1", 7):        "lease/u-1/7",
+		DeletedID("instance", "u-2"): "instance/u-2/deleted",
+		FactID("instance", "u-2", "running", time.Date(2026, 6, 1, 11, 0, 5, 0, time.FixedZone("CEST", 2*3600))): "instance/u-2/running/2026-06-01T09:00:05Z",
 		Type("lease", "bound"):                "io.macrack.lease.bound",
 		Type("chassis", "quarantine.started"): "io.macrack.chassis.quarantine.started",
 	} {
@@ -102,6 +103,34 @@ func TestEventOfAJournaledRecord(t *testing.T) {
 	}
 	if !reflect.DeepEqual(d2, want) || back.ID() != ev.ID() || back.Type() != ev.Type() || back.Subject() != ev.Subject() || !back.Time().Equal(ev.Time()) {
 		t.Errorf("round trip: %s\ngave %+v, data %+v", b, back, d2)
+	}
+}
+
+// A derived record's event is named by its fact, not a sequence: the same
+// record derived again is the same event, and its data has no sequence.
+func TestEventOfADerivedRecord(t *testing.T) {
+	inst := newLease() // any namespaced object
+	r := fleetv1alpha1.AuditRecord{Type: "running", Time: metav1.NewTime(at(10 * time.Minute)), Attributes: map[string]string{"node": "c02a"}}
+	o := Origin{Cluster: "eu-1"}
+	ev, err := o.Fact("instance", "macrack-audit", inst, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.ID() != "instance/lease-uid-1/running/2026-06-01T09:10:00Z" || ev.Type() != "io.macrack.instance.running" || !ev.Time().Equal(at(10*time.Minute)) {
+		t.Fatalf("id %s, type %s, time %s", ev.ID(), ev.Type(), ev.Time())
+	}
+	var d Data
+	if err := ev.DataAs(&d); err != nil || d.Sequence != 0 || d.Attributes["node"] != "c02a" {
+		t.Fatalf("data %+v (%v)", d, err)
+	}
+	again, err := o.Fact("instance", "macrack-audit", inst, *r.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := json.Marshal(ev)
+	b, _ := json.Marshal(again)
+	if string(a) != string(b) {
+		t.Fatalf("derived twice, two events:\n%s\n%s", a, b)
 	}
 }
 

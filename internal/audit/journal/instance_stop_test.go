@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -10,43 +11,36 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 )
 
-// TestARunThatEndsUnseenStillGetsItsStoppedRecord: a deleted instance's VM
-// is stopped and its disk wiped within moments, and the exporter may see
-// only the wipe. Its run still ends with a stopped record, before the
-// wipe; an instance that never ran gets none.
-func TestARunThatEndsUnseenStillGetsItsStoppedRecord(t *testing.T) {
+// TestARunThatEndsWithNoStopOnRecordIsStoppedByItsWipe: a VM the agent did
+// not stop (its guest shut it down, it failed) leaves no lastStop; its run
+// still ends with a stopped record, at the wipe, before the wiped record.
+// A run the agent stopped gets its stop alone, and an instance that never
+// ran gets none.
+func TestARunThatEndsWithNoStopOnRecordIsStoppedByItsWipe(t *testing.T) {
 	t0 := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 	wipe := &fleetv1alpha1.WipeEvidence{Method: "unlink", Bytes: 4096, WipedAt: metav1.NewTime(t0.Add(time.Hour))}
-	inst := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: "vm", Namespace: "t", UID: "u"}}
-	inst.Status.NodeName = "c02a"
-	inst.Status.Runtime = &computev1alpha1.RuntimeStatus{Phase: computev1alpha1.VMRunning}
-	Instance(inst, t0)
-	inst.Status.Runtime = &computev1alpha1.RuntimeStatus{Phase: computev1alpha1.VMStopped, Wipe: wipe}
-	Instance(inst, t0.Add(time.Hour))
-	var got []string
-	for _, r := range inst.Status.Audit.Records {
-		got = append(got, r.Type)
+	types := func(inst *computev1alpha1.MacOSInstance) []string {
+		var out []string
+		for _, r := range Instance(inst) {
+			out = append(out, r.Type+"/"+r.Reason)
+		}
+		return out
 	}
-	want := []string{"created", "placed", "running", "stopped", "wiped"}
-	if len(got) != len(want) {
+	inst := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: "vm", Namespace: "t", UID: "u"}}
+	inst.Status.Runtime = &computev1alpha1.RuntimeStatus{Phase: computev1alpha1.VMFailed, StartedAt: &metav1.Time{Time: t0}, Wipe: wipe}
+	if got, want := types(inst), []string{"created/", "running/", "stopped/Wiped", "wiped/"}; !slices.Equal(got, want) {
 		t.Fatalf("records %v, want %v", got, want)
 	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("records %v, want %v", got, want)
-		}
-	}
-	Instance(inst, t0.Add(2*time.Hour))
-	if n := len(inst.Status.Audit.Records); n != len(want) {
-		t.Fatalf("a second look added records: %d", n)
+
+	stopped := inst.DeepCopy()
+	stopped.Status.Runtime.LastStop = &computev1alpha1.VMStop{Method: computev1alpha1.StopRequestStop, At: metav1.NewTime(t0.Add(time.Minute))}
+	if got, want := types(stopped), []string{"created/", "running/", "stopped/RequestStop", "wiped/"}; !slices.Equal(got, want) {
+		t.Fatalf("a run the agent stopped: records %v, want %v", got, want)
 	}
 
-	never := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: "vm2", Namespace: "t", UID: "u2"}}
-	never.Status.Runtime = &computev1alpha1.RuntimeStatus{Phase: computev1alpha1.VMFailed}
-	Instance(never, t0)
-	for _, r := range never.Status.Audit.Records {
-		if r.Type == "stopped" {
-			t.Fatalf("an instance that never ran got %v", never.Status.Audit.Records)
-		}
+	never := inst.DeepCopy()
+	never.Status.Runtime.StartedAt = nil
+	if got, want := types(never), []string{"created/", "wiped/"}; !slices.Equal(got, want) {
+		t.Fatalf("an instance that never ran: records %v, want %v", got, want)
 	}
 }

@@ -2,6 +2,7 @@ package journal
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -558,83 +559,82 @@ func newInstance() *computev1alpha1.MacOSInstance {
 	return inst
 }
 
-func observe(inst *computev1alpha1.MacOSInstance, now time.Time, change func(*computev1alpha1.MacOSInstanceStatus)) int64 {
-	from := next(inst.Status.Audit)
-	change(&inst.Status)
-	Instance(inst, now)
-	return from
+// derived is what Instance derives, by type and time.
+func derived(inst *computev1alpha1.MacOSInstance) []string {
+	var out []string
+	for _, r := range Instance(inst) {
+		out = append(out, r.Type+"@"+r.Time.UTC().Format("15:04"))
+	}
+	return out
 }
 
+// An instance's records are derived from its status, each at its fact's
+// own time; a later status that still holds a fact derives the same record
+// again, unchanged, and a second run is derived with its own start.
 func TestJournalInstance(t *testing.T) {
 	inst := newInstance()
-	from := observe(inst, at(time.Minute), func(*computev1alpha1.MacOSInstanceStatus) {})
-	if got := types(inst.Status.Audit, from); !slices.Equal(got, []string{"created"}) {
-		t.Fatalf("first look: %v", got)
+	if got := derived(inst); !slices.Equal(got, []string{"created@09:00"}) {
+		t.Fatalf("new: %v", got)
 	}
-	if c := last(t, inst.Status.Audit, "created"); !c.Time.Time.Equal(at(0)) || c.Attributes["tenant"] != "tenant-a" || c.Attributes["lease"] != "ci" || c.Attributes["image"] != "sequoia" {
+	c := Instance(inst)[0]
+	if c.Attributes["tenant"] != "tenant-a" || c.Attributes["lease"] != "ci" || c.Attributes["image"] != "sequoia" || c.Attributes["node"] != "" {
 		t.Errorf("created: %+v", c)
 	}
-	steps := []struct {
-		name   string
-		change func(*computev1alpha1.MacOSInstanceStatus)
-		want   []string
-	}{
-		{"nothing moved", func(*computev1alpha1.MacOSInstanceStatus) {}, nil},
-		{"placed", func(s *computev1alpha1.MacOSInstanceStatus) { s.NodeName = "mac-c1" }, []string{"placed"}},
-		{"pulling", func(s *computev1alpha1.MacOSInstanceStatus) {
-			s.Runtime = &computev1alpha1.RuntimeStatus{Phase: computev1alpha1.VMPulling}
-		}, nil},
-		{"running", func(s *computev1alpha1.MacOSInstanceStatus) {
-			s.Runtime.Phase, s.Runtime.LastReportAt = computev1alpha1.VMRunning, mt(10*time.Minute)
-		}, []string{"running"}},
-		{"still running", func(s *computev1alpha1.MacOSInstanceStatus) { s.Runtime.LastReportAt = mt(11 * time.Minute) }, nil},
-		{"stopped", func(s *computev1alpha1.MacOSInstanceStatus) {
-			s.Runtime.Phase = computev1alpha1.VMStopped
-			s.Runtime.LastStop = &computev1alpha1.VMStop{Method: computev1alpha1.StopGuestShutdown, Reason: "ChassisQuarantined", At: metav1.NewTime(at(20 * time.Minute))}
-		}, []string{"stopped"}},
-		{"still stopped", func(*computev1alpha1.MacOSInstanceStatus) {}, nil},
-		{"running again after the stop", func(s *computev1alpha1.MacOSInstanceStatus) {
-			s.Runtime.Phase, s.Runtime.LastReportAt = computev1alpha1.VMRunning, mt(40*time.Minute)
-		}, []string{"running"}},
-		{"stopped again", func(s *computev1alpha1.MacOSInstanceStatus) {
-			s.Runtime.Phase = computev1alpha1.VMStopped
-			s.Runtime.LastStop = &computev1alpha1.VMStop{Method: computev1alpha1.StopForced, At: metav1.NewTime(at(50 * time.Minute))}
-		}, []string{"stopped"}},
-		{"wiped", func(s *computev1alpha1.MacOSInstanceStatus) {
-			s.Runtime.Wipe = &fleetv1alpha1.WipeEvidence{Namespace: "tenant-a", Name: "build-1", UID: "instance-uid-1", LeaseName: "ci",
-				Files: []string{"disk.img", "aux.img"}, Bytes: 4096, Method: "apfs-clone-unlink", WipedAt: metav1.NewTime(at(55 * time.Minute))}
-		}, []string{"wiped"}},
-		{"still wiped", func(*computev1alpha1.MacOSInstanceStatus) {}, nil},
+	st := &inst.Status
+	// Refused first, then placed: the Placed condition's transition is the
+	// placement's time.
+	st.Conditions = []metav1.Condition{{Type: computev1alpha1.ConditionPlaced, Status: metav1.ConditionFalse, Reason: computev1alpha1.ReasonCapacityExceeded, LastTransitionTime: *mt(time.Minute)}}
+	if got := derived(inst); !slices.Equal(got, []string{"created@09:00"}) {
+		t.Errorf("waiting for a slot: %v", got)
 	}
-	for i, st := range steps {
-		from := observe(inst, at(time.Duration(i+2)*time.Hour), st.change)
-		if got := types(inst.Status.Audit, from); !slices.Equal(got, st.want) {
-			t.Errorf("%s: %v, want %v", st.name, got, st.want)
-		}
+	st.NodeName = "mac-c1"
+	st.Conditions[0].Status, st.Conditions[0].Reason, st.Conditions[0].LastTransitionTime = metav1.ConditionTrue, computev1alpha1.ReasonPlaced, *mt(2 * time.Minute)
+	st.Runtime = &computev1alpha1.RuntimeStatus{Phase: computev1alpha1.VMPulling}
+	createdBefore := Instance(inst)[0]
+	if got := derived(inst); !slices.Equal(got, []string{"created@09:00", "placed@09:02"}) {
+		t.Errorf("placed, pulling: %v", got)
 	}
-	for typ, n := range map[string]int{"created": 1, "placed": 1, "running": 2, "stopped": 2, "wiped": 1} {
-		if got := count(inst.Status.Audit, typ); got != n {
-			t.Errorf("%d %s records, want %d", got, typ, n)
-		}
+	st.Runtime = &computev1alpha1.RuntimeStatus{Phase: computev1alpha1.VMRunning, StartedAt: mt(10 * time.Minute), LastReportAt: mt(11 * time.Minute)}
+	first := Instance(inst)
+	if got := derived(inst); !slices.Equal(got, []string{"created@09:00", "placed@09:02", "running@09:10"}) {
+		t.Errorf("running: %v", got)
 	}
-	if p := last(t, inst.Status.Audit, "placed"); p.Attributes["node"] != "mac-c1" {
+	st.Runtime.Phase = computev1alpha1.VMStopped
+	st.Runtime.LastStop = &computev1alpha1.VMStop{Method: computev1alpha1.StopGuestShutdown, Reason: "ChassisQuarantined", At: *mt(20 * time.Minute)}
+	if got := derived(inst); !slices.Equal(got, []string{"created@09:00", "placed@09:02", "running@09:10", "stopped@09:20"}) {
+		t.Errorf("stopped: %v", got)
+	}
+	// The same facts, derived from a later status, are the same records.
+	if again := Instance(inst)[:3]; !reflect.DeepEqual(again, first) || !reflect.DeepEqual(again[0], createdBefore) {
+		t.Errorf("derived again:\n%+v\nwant\n%+v", again, first)
+	}
+	st.Runtime.Phase, st.Runtime.StartedAt = computev1alpha1.VMRunning, mt(40*time.Minute)
+	if got := derived(inst); !slices.Equal(got, []string{"created@09:00", "placed@09:02", "stopped@09:20", "running@09:40"}) {
+		t.Errorf("running again after the stop: %v", got)
+	}
+	st.Runtime.Phase = computev1alpha1.VMStopped
+	st.Runtime.LastStop = &computev1alpha1.VMStop{Method: computev1alpha1.StopForced, At: *mt(50 * time.Minute)}
+	st.Runtime.Wipe = &fleetv1alpha1.WipeEvidence{Namespace: "tenant-a", Name: "build-1", UID: "instance-uid-1", LeaseName: "ci",
+		Files: []string{"disk.img", "aux.img"}, Bytes: 4096, Method: "apfs-clone-unlink", WipedAt: *mt(55 * time.Minute)}
+	recs := Instance(inst)
+	if got := derived(inst); !slices.Equal(got, []string{"created@09:00", "placed@09:02", "running@09:40", "stopped@09:50", "wiped@09:55"}) {
+		t.Errorf("stopped and wiped: %v", got)
+	}
+	if p := recs[1]; p.Attributes["node"] != "mac-c1" {
 		t.Errorf("placed: %+v", p.Attributes)
 	}
-	// Timed when observed: after a restart, a report's time may still be
-	// the last run's, before its stop.
-	if r := last(t, inst.Status.Audit, "running"); r.Time.Time.Equal(at(40*time.Minute)) || r.Time.Time.Before(last(t, inst.Status.Audit, "stopped").Time.Time) {
-		t.Errorf("the second run's record at %s, the report's time or before the stop", r.Time)
-	}
-	if s := last(t, inst.Status.Audit, "stopped"); s.Reason != "Forced" || s.Attributes["method"] != "Forced" || !s.Time.Time.Equal(at(50*time.Minute)) {
+	if s := recs[3]; s.Reason != "Forced" || s.Attributes["method"] != "Forced" {
 		t.Errorf("stopped: %+v", s)
 	}
-	w := last(t, inst.Status.Audit, "wiped")
+	w := recs[4]
 	for k, v := range map[string]string{"method": "apfs-clone-unlink", "bytes": "4096", "files": "disk.img,aux.img", "wipedAt": "2026-06-01T09:55:00Z", "node": "mac-c1"} {
 		if w.Attributes[k] != v {
 			t.Errorf("wiped's %s is %q, want %q", k, w.Attributes[k], v)
 		}
 	}
-	if !w.Time.Time.Equal(at(55 * time.Minute)) {
-		t.Errorf("wiped at %s", w.Time)
+	for _, r := range recs {
+		if r.Sequence != 0 {
+			t.Errorf("%s numbered %d: a derived record has no sequence", r.Type, r.Sequence)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package sink
 import (
 	"strings"
 	"testing"
+	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2/event"
 
@@ -28,6 +29,8 @@ func TestEachRecordHasItsOwnSubject(t *testing.T) {
 		{ev(event.Type("chassis", "quarantine.ended"), event.ID("chassis", "u-9", 12)), "macrack.audit.chassis.quarantine.ended.chassis/u-9/12"},
 		{ev(event.Type("instance", "deleted"), event.DeletedID("instance", "u-2")), "macrack.audit.instance.deleted.instance/u-2/deleted"},
 		{ev(event.Type("denial", "webhook"), "denial/0123abcd"), "macrack.audit.denial.webhook.denial/0123abcd"},
+		{ev(event.Type("instance", "running"), event.FactID("instance", "u-3", "running", time.Date(2026, 6, 1, 9, 0, 5, 0, time.UTC))),
+			"macrack.audit.instance.running.instance/u-3/running/2026-06-01T09%3A00%3A05Z"},
 		{ev(event.Type("lease", "bound"), "a.b *>\t%"), "macrack.audit.lease.bound.a%2Eb%20%2A%3E%09%25"},
 	} {
 		if got := Subject(tc.ev); got != tc.want {

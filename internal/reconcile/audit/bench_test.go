@@ -73,8 +73,7 @@ func benchFleet(b *testing.B, n int, now time.Time) (client.WithWatch, []client.
 				Spec:   computev1alpha1.MacOSInstanceSpec{LeaseName: l.Name, ImageName: "sequoia", CPU: 4},
 				Status: computev1alpha1.MacOSInstanceStatus{NodeName: l.Status.NodeName, Runtime: &computev1alpha1.RuntimeStatus{Phase: computev1alpha1.VMRunning}},
 			}
-			journal.Instance(inst, now)
-			inst.Status.Audit.ExportedSequence = inst.Status.Audit.Next() - 1
+			inst.Status.Runtime.StartedAt = &metav1.Time{Time: now}
 			objs = append(objs, inst)
 		}
 	}
@@ -134,7 +133,8 @@ func dropWrites(c client.WithWatch, n *atomic.Int64) client.Client {
 
 // BenchmarkExporterReconcile: BenchmarkExporterReconcile/<case>/fleet=<n>.
 // A steady pass finds nothing to export; the export pass publishes a
-// lease's two records and advances its cursor.
+// lease's two records, and leaves its cursor until the journal needs the
+// room (issue 39).
 func BenchmarkExporterReconcile(b *testing.B) {
 	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 	cases := []struct {
@@ -142,16 +142,19 @@ func BenchmarkExporterReconcile(b *testing.B) {
 		kind   int // index in kinds()
 		key    func(n int) types.NamespacedName
 		writes int64
+		// kept: one reconciler for every pass, which remembers what the
+		// sink acknowledged (a derived kind has no cursor to read it from).
+		kept bool
 	}{
 		{"lease/steady", 0, func(n int) types.NamespacedName {
 			return types.NamespacedName{Namespace: fmt.Sprintf("t%d", n/20), Name: fmt.Sprintf("l-%d", n/2)}
-		}, 0},
+		}, 0, false},
 		{"instance/steady", 1, func(n int) types.NamespacedName {
 			return types.NamespacedName{Namespace: fmt.Sprintf("t%d", n/20), Name: fmt.Sprintf("l-%d-a", n/2)}
-		}, 0},
+		}, 0, true},
 		{"lease/export", 0, func(n int) types.NamespacedName {
 			return types.NamespacedName{Namespace: fmt.Sprintf("t%d", n/20), Name: "pending"}
-		}, 1},
+		}, 0, false}, // the lease's cursor waits for the room (issue 39)
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
@@ -164,9 +167,19 @@ func BenchmarkExporterReconcile(b *testing.B) {
 				e.kinds = kinds()
 				req := ctrl.Request{NamespacedName: c.key(n)}
 				b.Run(fmt.Sprintf("fleet=%d", n), func(b *testing.B) {
+					kept := &kindReconciler{e: e, k: e.kinds[c.kind]}
+					if c.kept {
+						if _, err := kept.Reconcile(context.Background(), req); err != nil {
+							b.Fatal(err)
+						}
+					}
 					run := func() {
-						// A fresh reconciler: it remembers what it sent.
-						r := &kindReconciler{e: e, k: e.kinds[c.kind]}
+						// A fresh reconciler for a journaled kind: it
+						// remembers what it sent.
+						r := kept
+						if !c.kept {
+							r = &kindReconciler{e: e, k: e.kinds[c.kind]}
+						}
 						if _, err := r.Reconcile(context.Background(), req); err != nil {
 							b.Fatal(err)
 						}

@@ -1,10 +1,12 @@
 // Package audit exports the audit and billing stream. One exporter per
-// journaled kind (leases, instances, chassis, images) publishes each
-// object's unexported records to the sink and, once the sink acknowledges
-// them, advances the object's status.audit.exportedSequence: the record of
-// a transition lives in its object until it is exported. The audit
-// finalizer holds a deleted object of any of these kinds until its last
-// record is out.
+// kind (leases, instances, chassis, images) publishes each object's
+// unexported records to the sink. A journaled kind's records live in its
+// object's status.audit until the sink acknowledges them, and its cursor,
+// exportedSequence, says how far they are out. An instance's records are
+// derived from the facts its status keeps (journal.Instance), each under
+// an id of its fact, and what the sink acknowledged is remembered here.
+// The audit finalizer holds a deleted object of any of these kinds until
+// its last record is out.
 // A failing sink closes a gate for a backoff on the injected clock; a
 // retrier reopens it and enqueues everyone who waited.
 package audit
@@ -17,9 +19,7 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -110,7 +110,7 @@ func (e *Exporter) SetupWithManager(mgr ctrl.Manager) error {
 			return fmt.Errorf("setting up the %s exporter: %w", k.name, err)
 		}
 	}
-	e.Metrics.collector = &backlogCollector{client: mgr.GetClient(), clock: e.Clock, kinds: e.kinds, denials: e.Denials, billed: &e.Metrics.billed, sent: e.lastSent}
+	e.Metrics.collector = &backlogCollector{client: mgr.GetClient(), clock: e.Clock, kinds: e.kinds, denials: e.Denials, billed: &e.Metrics.billed, waiting: e.waiting}
 	if err := mgr.Add(manager.RunnableFunc(e.retrier)); err != nil {
 		return err
 	}
@@ -134,19 +134,32 @@ type kindReconciler struct {
 
 	// sent remembers, per object, the last sequence a sink acknowledged,
 	// so that a pass on a cache that has not seen the cursor move yet, or
-	// on a lease or an instance whose cursor waits (kind.lazyCursor), does
-	// not send those records again. A restart starts from the cursor in
-	// status, and sends again what followed it.
+	// on an object whose cursor waits (kind.lazyCursor), does not send
+	// those records again. A restart starts from the cursor in status, and
+	// sends again what followed it.
 	mu   sync.Mutex
 	sent map[types.UID]int64
+	// facts is, per object of a derived kind, what the sink acknowledged
+	// and what was derived and is not out yet. The latter is kept so that
+	// a fact its owner overwrites (the next run's start) before the sink
+	// took its record (an outage) still goes out. A restart derives again
+	// from status, and sends again what it finds there.
+	facts map[types.UID]*facts
 }
 
-// lastSent is what k's exporter knows it published of uid's journal.
-func (e *Exporter) lastSent(k *kind, uid types.UID) int64 {
+// facts are one object's derived records, as far as this exporter knows.
+type facts struct {
+	acked   map[string]bool
+	pending []fleetv1alpha1.AuditRecord
+}
+
+// waiting is how many of o's records k's exporter knows no sink has
+// acknowledged, and the time of the oldest.
+func (e *Exporter) waiting(k *kind, o client.Object) (int64, time.Time) {
 	if r := e.exporters[k.name]; r != nil {
-		return r.lastSent(uid)
+		return r.waiting(o)
 	}
-	return 0
+	return (&kindReconciler{e: e, k: k}).waiting(o)
 }
 
 func (r *kindReconciler) lastSent(uid types.UID) int64 {
@@ -177,13 +190,6 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err := e.Client.Get(ctx, req.NamespacedName, obj); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if k.observed {
-		if err := r.observe(ctx, obj); err != nil {
-			// The cache still showed an object already gone: its records
-			// went out before its audit finalizer did.
-			return ctrl.Result{}, client.IgnoreNotFound(err)
-		}
-	}
 	if k.finalized && obj.GetDeletionTimestamp().IsZero() && !controllerutil.ContainsFinalizer(obj, fleetv1alpha1.AuditFinalizer) {
 		// Tested on the finalizers alone: the object's other writers, its
 		// status's among them, do not refuse it.
@@ -193,6 +199,12 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	if !e.gate.open() {
 		return ctrl.Result{}, nil // the retrier brings it back
+	}
+	if k.derive != nil {
+		if !r.publishFacts(ctx, obj) {
+			return ctrl.Result{}, nil // the gate closed; the retrier brings it back
+		}
+		return ctrl.Result{}, r.finalize(ctx, obj)
 	}
 	j := *k.journal(obj)
 	if j == nil {
@@ -230,33 +242,103 @@ func (r *kindReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	return ctrl.Result{}, r.finalize(ctx, obj)
 }
 
-// observe journals an observed kind's transitions, in its own status write.
-func (r *kindReconciler) observe(ctx context.Context, obj client.Object) error {
-	base := obj.DeepCopyObject().(client.Object)
-	dropped := observeInstance(obj, r.e.Clock.Now())
-	r.e.Metrics.dropJournal(dropped)
-	if equality.Semantic.DeepEqual(*r.k.journal(base), *r.k.journal(obj)) {
-		return nil
-	}
-	// The lock: a second pass on a stale read must not number another
-	// transition with a sequence number this one already used. The
-	// journal's own sequence is the lock, rather than the object's
-	// resourceVersion, which every other writer moves; but a status that
-	// does not exist yet can only be locked by the latter.
-	p, err := journalPatch(*r.k.journal(base), *r.k.journal(obj), emptyStatus(base))
-	if err != nil {
-		return err
-	}
-	if p == nil {
-		p = client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})
-	}
-	if err := r.e.Client.Status().Patch(ctx, obj, p); err != nil {
-		if conflict.Untested(err) {
-			err = apierrors.NewConflict(schema.GroupResource{Resource: r.k.name}, obj.GetName(), fmt.Errorf("the journal moved since it was read: %w", err))
+// publishFacts sends a derived kind's records that the sink has not
+// acknowledged, in order, each under the id of its fact. It reports false
+// when the sink refused one: the gate is closed, and the rest wait.
+func (r *kindReconciler) publishFacts(ctx context.Context, obj client.Object) bool {
+	for _, rec := range r.pendingFacts(obj, true) {
+		ev, err := r.e.Origin.Fact(r.k.name, r.k.controller, obj, rec)
+		if err == nil {
+			start := time.Now()
+			if err = r.e.Sink.Publish(ctx, ev); err == nil {
+				r.e.Metrics.published(r.k.name, time.Since(start))
+				r.e.gate.succeed()
+				r.ackFact(obj.GetUID(), ev.ID())
+				continue
+			}
+			r.e.Metrics.failures.Inc()
 		}
-		return fmt.Errorf("journaling %s %s: %w", r.k.name, client.ObjectKeyFromObject(obj), err)
+		d := r.e.gate.fail()
+		ctrl.LoggerFrom(ctx).Info("The audit sink refused a record; backing off", "kind", r.k.name, "backoff", d, "error", err.Error())
+		return false
 	}
-	return nil
+	return true
+}
+
+// pendingFacts is what of obj's derived records the sink has not
+// acknowledged: those kept from earlier passes, then those derived now.
+// keep remembers the latter; a read for the backlog does not, so that an
+// object already let go, which the cache still shows, leaves nothing
+// behind.
+func (r *kindReconciler) pendingFacts(obj client.Object, keep bool) []fleetv1alpha1.AuditRecord {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := r.facts[obj.GetUID()]
+	if f == nil {
+		f = &facts{acked: map[string]bool{}}
+	}
+	out := slices.Clone(f.pending)
+	for _, rec := range r.k.derive(obj) {
+		id := auditevent.FactID(r.k.name, string(obj.GetUID()), rec.Type, rec.Time.Time)
+		if f.acked[id] || slices.ContainsFunc(out, func(p fleetv1alpha1.AuditRecord) bool {
+			return auditevent.FactID(r.k.name, string(obj.GetUID()), p.Type, p.Time.Time) == id
+		}) {
+			continue
+		}
+		out = append(out, rec)
+	}
+	if keep {
+		f.pending = slices.Clone(out)
+		if r.facts == nil {
+			r.facts = map[types.UID]*facts{}
+		}
+		r.facts[obj.GetUID()] = f
+	}
+	return out
+}
+
+// ackFact records that the sink acknowledged the record id of uid.
+func (r *kindReconciler) ackFact(uid types.UID, id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := r.facts[uid]
+	if f == nil {
+		return
+	}
+	f.acked[id] = true
+	f.pending = slices.DeleteFunc(f.pending, func(p fleetv1alpha1.AuditRecord) bool {
+		return auditevent.FactID(r.k.name, string(uid), p.Type, p.Time.Time) == id
+	})
+}
+
+// waiting is how many of obj's records no sink has acknowledged, as far
+// as this exporter knows, and the time of the oldest.
+func (r *kindReconciler) waiting(obj client.Object) (n int64, oldest time.Time) {
+	if r.k.derive != nil {
+		recs := r.pendingFacts(obj, false)
+		for _, rec := range recs {
+			if oldest.IsZero() || rec.Time.Time.Before(oldest) {
+				oldest = rec.Time.Time
+			}
+		}
+		return int64(len(recs)), oldest
+	}
+	j := *r.k.journal(obj)
+	sent := r.lastSent(obj.GetUID())
+	for _, rec := range j.Unexported() {
+		if rec.Sequence > sent && (oldest.IsZero() || rec.Time.Time.Before(oldest)) {
+			oldest = rec.Time.Time
+		}
+	}
+	return unacknowledged(j, sent), oldest
+}
+
+// forget drops what this exporter remembers of an object let go.
+func (r *kindReconciler) forget(uid types.UID) {
+	r.setSent(uid, 0)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.facts, uid)
 }
 
 // publish sends recs in order, and returns the last sequence number the
@@ -301,7 +383,7 @@ func (r *kindReconciler) finalize(ctx context.Context, obj client.Object) error 
 	if slices.ContainsFunc(obj.GetFinalizers(), func(f string) bool { return f != fleetv1alpha1.AuditFinalizer }) {
 		return nil
 	}
-	if unacknowledged(*r.k.journal(obj), r.lastSent(obj.GetUID())) > 0 {
+	if n, _ := r.waiting(obj); n > 0 {
 		return nil
 	}
 	ev, err := r.e.Origin.Deleted(r.k.name, r.k.controller, obj, r.e.Clock.Now())
@@ -317,7 +399,7 @@ func (r *kindReconciler) finalize(ctx context.Context, obj client.Object) error 
 	if l, ok := obj.(*leasingv1alpha1.MacNodeLease); ok {
 		r.e.Metrics.billed.add(l, r.e.Clock.Now())
 	}
-	r.setSent(obj.GetUID(), 0)
+	r.forget(obj.GetUID())
 	if err := finalizer.Remove(ctx, r.e.Client, obj, fleetv1alpha1.AuditFinalizer); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("removing the audit finalizer of %s %s: %w", r.k.name, client.ObjectKeyFromObject(obj), err)
 	}
@@ -360,7 +442,7 @@ func (e *Exporter) enqueueWaiting(ctx context.Context) error {
 			return err
 		}
 		for _, o := range objects(list) {
-			if unacknowledged(*k.journal(o), e.lastSent(k, o.GetUID())) > 0 || !o.GetDeletionTimestamp().IsZero() {
+			if n, _ := e.waiting(k, o); n > 0 || !o.GetDeletionTimestamp().IsZero() {
 				select {
 				case e.retry[k.name] <- event.GenericEvent{Object: o}:
 				case <-ctx.Done():

@@ -7,6 +7,7 @@ import (
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/audit/journal"
 )
 
 // kind is what the exporter needs to know of one journaled kind.
@@ -22,23 +23,27 @@ type kind struct {
 	// tenant its lease or instance, an administrator a chassis or an
 	// image), its last records must not go with it.
 	finalized bool
-	// observed kinds are journaled by the exporter itself (an instance,
-	// whose transitions two parties write).
-	observed bool
+	// derive, if set, makes the kind's records from the facts its status
+	// keeps, in place of a journal (an instance, whose transitions two
+	// parties write: issue 39). Such a kind has no journal and no cursor;
+	// the exporter remembers what the sink acknowledged.
+	derive func(client.Object) []fleetv1alpha1.AuditRecord
 	// final, if set, says that a deleted object's journal is complete: no
 	// record will follow the ones it holds.
 	final func(client.Object) bool
-	// lazyCursor kinds live one lease's life or less, and go with their
-	// audit finalizer, whose removal says that every record is out: their
-	// cursor is written only when their journal needs the room
-	// (cursorRoom), not after every publish (issue 39).
+	// lazyCursor kinds' cursor is written only when their journal needs
+	// the room (cursorRoom), not after every publish (issue 39): a lease
+	// goes with its audit finalizer, whose removal says that every record
+	// is out, and a chassis' writer prunes what is past the cursor.
 	lazyCursor bool
 }
 
 // cursorRoom is how many records past its cursor a lazyCursor kind's
 // journal holds before the exporter writes the cursor, so that the
 // journal's writer prunes them on its next append: half of what a journal
-// holds, far above the dozen records of a lease's or an instance's life.
+// holds, far above the dozen records of a lease's life. A chassis, which
+// lives for ever, has its cursor written once every 32 records, and its
+// journal keeps the other half for records not yet out.
 const cursorRoom = fleetv1alpha1.MaxAuditRecords / 2
 
 // cursorDue reports whether the exporter writes obj's cursor once the sink
@@ -95,20 +100,18 @@ func kinds() []*kind {
 			},
 		},
 		{
-			name: fleetv1alpha1.AuditKindInstance, controller: "macrack-audit", finalized: true, observed: true, lazyCursor: true,
+			// Derived: a deleted instance's records are complete once no
+			// other finalizer is left (the agent's goes after the wipe's
+			// evidence), which finalize waits for anyway.
+			name: fleetv1alpha1.AuditKindInstance, controller: "macrack-audit", finalized: true,
 			newObject: func() client.Object { return &computev1alpha1.MacOSInstance{} },
 			newList:   func() client.ObjectList { return &computev1alpha1.MacOSInstanceList{} },
-			journal: func(o client.Object) **fleetv1alpha1.AuditJournal {
-				return &o.(*computev1alpha1.MacOSInstance).Status.Audit
-			},
-			// Wiped: nothing moves on the instance after its wipe.
-			final: func(o client.Object) bool {
-				rt := o.(*computev1alpha1.MacOSInstance).Status.Runtime
-				return rt != nil && rt.Wipe != nil
+			derive: func(o client.Object) []fleetv1alpha1.AuditRecord {
+				return journal.Instance(o.(*computev1alpha1.MacOSInstance))
 			},
 		},
 		{
-			name: fleetv1alpha1.AuditKindChassis, controller: "macrack-node", finalized: true,
+			name: fleetv1alpha1.AuditKindChassis, controller: "macrack-node", finalized: true, lazyCursor: true,
 			newObject: func() client.Object { return &fleetv1alpha1.MacNode{} },
 			newList:   func() client.ObjectList { return &fleetv1alpha1.MacNodeList{} },
 			journal:   func(o client.Object) **fleetv1alpha1.AuditJournal { return &o.(*fleetv1alpha1.MacNode).Status.Audit },

@@ -124,9 +124,9 @@ type backlogCollector struct {
 	kinds   []*kind
 	denials *denial.Buffer
 	billed  *billed
-	// sent is what a kind's exporter knows it published of an object's
-	// journal, past the object's cursor.
-	sent func(*kind, types.UID) int64
+	// waiting is how many of an object's records its kind's exporter
+	// knows no sink has acknowledged, and the time of the oldest.
+	waiting func(*kind, client.Object) (int64, time.Time)
 }
 
 func (c *backlogCollector) collect(ctx context.Context) (lag, backlog float64, billable map[string]float64) {
@@ -139,13 +139,10 @@ func (c *backlogCollector) collect(ctx context.Context) (lag, backlog float64, b
 			continue
 		}
 		for _, o := range objects(list) {
-			j := *k.journal(o)
-			sent := c.sent(k, o.GetUID())
-			backlog += float64(unacknowledged(j, sent))
-			for _, r := range j.Unexported() {
-				if r.Sequence > sent && r.Time.Time.Before(oldest) {
-					oldest = r.Time.Time
-				}
+			n, first := c.waiting(k, o)
+			backlog += float64(n)
+			if n > 0 && first.Before(oldest) {
+				oldest = first
 			}
 			if l, ok := o.(*leasingv1alpha1.MacNodeLease); ok && !c.billed.has(l.UID) {
 				if s := billableSeconds(l, now); s > 0 {

@@ -265,8 +265,8 @@ func (r *Reconciler) statusWriteRefused(ctx context.Context, req ctrl.Request, r
 }
 
 // journal records this pass's transitions in the same status write as the
-// transitions themselves. That write is locked on the journal's sequence,
-// as the exporter's instance journal is: a pass on a stale read must not
+// transitions themselves. That write is locked on the journal's sequence:
+// a pass on a stale read must not
 // number a transition with a sequence number already used, but the
 // reservations' writes of the lease's status (issue 35), which land in the
 // same moments, no longer refuse it as the resourceVersion did.
