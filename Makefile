@@ -296,10 +296,12 @@ bench-objects: controlplane ## Issue 17: one admission decision and one reconcil
 
 # N is the fleet benchmark's size: minis, tenants and leases.
 N ?= 100
+# WAVES=cold stops the fleet benchmark after its cold wave (the growth table's).
+WAVES ?= all
 
 .PHONY: bench-fleet
 bench-fleet: controlplane registry nats ## The fleet at scale (N minis, N leases, 2N instances): cold, release and warm waves; figures go in BENCHMARKS.md.
-	FLEET_N=$(N) go test -run '^$$' -bench BenchmarkFleet -benchtime=1x -timeout 180m ./test/envtest/fleet/
+	FLEET_N=$(N) FLEET_WAVES=$(WAVES) go test -run '^$$' -bench BenchmarkFleet -benchtime=1x -timeout 180m ./test/envtest/fleet/
 
 .PHONY: bench-rbac
 bench-rbac: controlplane ## Issue 39: a tenant's request's RBAC cost (VisitRulesFor's share of kube-apiserver CPU), 10 vs 1,000 agents, per-agent vs group bindings.
