@@ -278,14 +278,15 @@ func (r *kindReconciler) pendingFacts(obj client.Object, keep bool) []fleetv1alp
 		f = &facts{acked: map[string]bool{}}
 	}
 	out := slices.Clone(f.pending)
+	queued := make(map[string]bool, len(out))
+	for _, p := range out {
+		queued[r.factID(obj.GetUID(), p)] = true
+	}
 	for _, rec := range r.k.derive(obj) {
-		id := auditevent.FactID(r.k.name, string(obj.GetUID()), rec.Type, rec.Time.Time)
-		if f.acked[id] || slices.ContainsFunc(out, func(p fleetv1alpha1.AuditRecord) bool {
-			return auditevent.FactID(r.k.name, string(obj.GetUID()), p.Type, p.Time.Time) == id
-		}) {
-			continue
+		if id := r.factID(obj.GetUID(), rec); !f.acked[id] && !queued[id] {
+			queued[id] = true
+			out = append(out, rec)
 		}
-		out = append(out, rec)
 	}
 	if keep {
 		f.pending = slices.Clone(out)
@@ -307,8 +308,13 @@ func (r *kindReconciler) ackFact(uid types.UID, id string) {
 	}
 	f.acked[id] = true
 	f.pending = slices.DeleteFunc(f.pending, func(p fleetv1alpha1.AuditRecord) bool {
-		return auditevent.FactID(r.k.name, string(uid), p.Type, p.Time.Time) == id
+		return r.factID(uid, p) == id
 	})
+}
+
+// factID is the id of uid's derived record rec, as the sink knows it.
+func (r *kindReconciler) factID(uid types.UID, rec fleetv1alpha1.AuditRecord) string {
+	return auditevent.FactID(r.k.name, string(uid), rec.Type, rec.Time.Time)
 }
 
 // waiting is how many of obj's records no sink has acknowledged, as far
