@@ -143,7 +143,10 @@ type RuntimeStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
-	// lastReportAt is when the guest agent last reported.
+	// lastReportAt is when the guest agent's report last changed, or was
+	// last confirmed unchanged: the agent asks the guest every poll, writes
+	// a changed report at once, and an unchanged one again only once this
+	// is an hour old. Older than an hour, the guest has stopped answering.
 	// +optional
 	LastReportAt *metav1.Time `json:"lastReportAt,omitempty"`
 	// pullPercent is how much of the golden the chassis has fetched while

@@ -590,6 +590,9 @@ func (r *Instances) reportGuest(ctx context.Context, inst *computev1alpha1.MacOS
 		// the time stored is guestReportRefresh old: a running VM's guest
 		// answers every Poll, and each write of the same report would be
 		// one more for the API server and for everyone who watches.
+		// Nothing decides on the time's freshness, so the refresh is paid
+		// hourly (issue 39: at a minute, a fleet's running VMs were most
+		// of what a long wave writes beyond the heartbeats).
 		if old := inst.Status.Runtime; old != nil && old.LastReportAt != nil && r.Clock.Since(old.LastReportAt.Time) < guestReportRefresh {
 			same := rt
 			same.LastReportAt = old.LastReportAt
@@ -613,8 +616,9 @@ func startedAt(old *computev1alpha1.RuntimeStatus, now time.Time) *metav1.Time {
 }
 
 // guestReportRefresh is how stale status.runtime.lastReportAt may grow
-// while the guest's report stays the same.
-const guestReportRefresh = time.Minute
+// while the guest's report stays the same: older than that, the guest has
+// stopped answering. No controller reads the time; it is for people.
+const guestReportRefresh = time.Hour
 
 // reportPull says, in status.runtime, that the instance waits for its
 // golden, and how far the pull has come.

@@ -1,14 +1,22 @@
 package instances
 
 import (
+	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
 
 	clocktesting "k8s.io/utils/clock/testing"
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/agent/driver/sim"
+	"github.com/boualleiguie/macrack-operator/internal/agent/simguest"
+	"github.com/boualleiguie/macrack-operator/internal/guest"
 )
 
 // runtimeWrites counts the status.runtime patches the rig's agent sent.
@@ -22,35 +30,65 @@ func (rg *rig) runtimeWrites() int {
 	return n
 }
 
+// headroomGuest is a sim guest whose disk headroom a test changes.
+type headroomGuest struct{ headroom atomic.Int64 }
+
+func (g *headroomGuest) Report(ctx context.Context) (guest.Report, error) {
+	return simguest.Reporter{XcodeVersions: []string{"16.4"}, HeadroomBytes: g.headroom.Load(), Clock: clock.RealClock{}}.Report(ctx)
+}
+
 // A running VM's guest answers every poll with the same report: that is no
-// write, until lastReportAt is guestReportRefresh old (issue 17: each would
-// be one more write of the same values, one per instance per poll).
+// write, until lastReportAt is guestReportRefresh (an hour) old (issue 17:
+// each would be one more write of the same values, one per instance per
+// poll; issue 39: at a minute, the refresh was most of what a long wave
+// wrote beyond the heartbeats). A changed report is written at once.
 func TestAnUnchangedGuestReportIsNoWriteUntilItsTimeIsStale(t *testing.T) {
-	rg := newQuarantineRig(t, withGuest(t), "ci-1").rig
+	g := &headroomGuest{}
+	g.headroom.Store(50 << 30)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	rg := newQuarantineRig(t, []sim.Option{sim.WithGuestHandler(simguest.Handler(ctx, g, logr.Discard()))}, "ci-1").rig
+	clk := clocktesting.NewFakeClock(time.Now())
+	rg.r.Clock = clk
 	rg.run("ci-1")
 	if rg.instance("ci-1").Status.Runtime.LastReportAt == nil {
 		t.Fatal("the guest never reported")
 	}
-	clk := clocktesting.NewFakeClock(time.Now())
-	rg.r.Clock = clk
-	before := rg.runtimeWrites()
-	for range 3 {
-		clk.Step(10 * time.Second) // a poll's, in a Mac's agent
+	poll := func(d time.Duration) {
+		t.Helper()
+		clk.Step(d)
 		if err := rg.reconcile("ci-1"); err != nil {
 			t.Fatal(err)
 		}
 	}
+	before := rg.runtimeWrites()
+	for range 59 {
+		poll(time.Minute)
+	}
 	if got := rg.runtimeWrites() - before; got != 0 {
-		t.Fatalf("%d runtime writes of an unchanged report, want none", got)
+		t.Fatalf("%d runtime writes of an unchanged report over 59 minutes, want none", got)
 	}
-	stamp := rg.instance("ci-1").Status.Runtime.LastReportAt
-	clk.Step(guestReportRefresh - 30*time.Second)
-	if err := rg.reconcile("ci-1"); err != nil {
-		t.Fatal(err)
-	}
+	// Positive control: a changed report is written on the next poll.
+	g.headroom.Store(40 << 30)
+	poll(10 * time.Second)
 	rt := rg.instance("ci-1").Status.Runtime
-	if got := rg.runtimeWrites() - before; got != 1 || !rt.LastReportAt.After(stamp.Time) {
-		t.Fatalf("after %s: %d runtime writes, lastReportAt %s (was %s); want one write with a later lastReportAt", guestReportRefresh, got, rt.LastReportAt, stamp)
+	if got := rg.runtimeWrites() - before; got != 1 || rt.DiskHeadroom.Value() != 40<<30 {
+		t.Fatalf("a changed report: %d runtime writes, headroom %s; want one write of 40Gi", got, rt.DiskHeadroom)
+	}
+	stamp := rt.LastReportAt
+	if !stamp.Time.Equal(clk.Now().Truncate(time.Second)) {
+		t.Fatalf("lastReportAt %s after the change, want now (%s)", stamp, clk.Now())
+	}
+	for range 59 {
+		poll(time.Minute)
+	}
+	if got := rg.runtimeWrites() - before; got != 1 {
+		t.Fatalf("%d runtime writes, want the change's alone", got)
+	}
+	poll(time.Minute)
+	rt = rg.instance("ci-1").Status.Runtime
+	if got := rg.runtimeWrites() - before; got != 2 || !rt.LastReportAt.After(stamp.Time) {
+		t.Fatalf("after %s: %d runtime writes, lastReportAt %s (was %s); want the refresh, with a later lastReportAt", guestReportRefresh, got, rt.LastReportAt, stamp)
 	}
 }
 

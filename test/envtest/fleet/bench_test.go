@@ -51,6 +51,11 @@ const (
 	// three waves take an hour on a 2-core machine, the cold one a quarter
 	// of it, and the growth table needs the cold wave alone.
 	envWaves = "FLEET_WAVES"
+	// envHeldIdle, set to a duration, measures the fleet for that long
+	// after the cold wave, every lease held and its VMs running, with
+	// nothing asked of it: what a long wave pays per second beyond the
+	// heartbeats (the guest's reports, the chassis' reports).
+	envHeldIdle = "FLEET_HELD_IDLE"
 	// fleetPprofAddress is the fleet child's net/http/pprof, with
 	// FLEET_PROFILE_DIR set.
 	fleetPprofAddress = "127.0.0.1:6062"
@@ -101,6 +106,15 @@ func BenchmarkFleet(b *testing.B) {
 	idle := f.idle(idleFor)
 	cold := f.wave("cold", "a")
 	waves := []*waveResult{idle, cold}
+	if v := os.Getenv(envHeldIdle); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			b.Fatalf("%s=%q is not a positive duration", envHeldIdle, v)
+		}
+		held := f.idle(d)
+		held.name = "held"
+		waves = append(waves, held)
+	}
 	switch v := os.Getenv(envWaves); v {
 	case "", "all":
 		release := f.release("a")
@@ -142,7 +156,10 @@ type bench struct {
 	childOut     *bufio.Scanner
 	apiserverPID string
 	etcdPID      string
-	report       []string
+	// auditLog is the API server's audit log of writes, with
+	// FLEET_WRITES_DIR set; "" without.
+	auditLog string
+	report   []string
 	// retries counts the creates retried after a timeout or internal error.
 	retries atomic.Int64
 }
@@ -151,10 +168,19 @@ func startBench(b *testing.B, n int) *bench {
 	ctx := context.Background()
 	f := &bench{b: b, n: n, clk: &harness.OffsetClock{}}
 	var err error
+	var auditArgs map[string]string
+	if dir := os.Getenv(envWrites); dir != "" {
+		if f.auditLog, auditArgs, err = auditFlags(dir); err != nil {
+			b.Fatal(err)
+		}
+	}
 	if f.env, err = harness.Start(harness.WithWebhooks, func(env *envtest.Environment) {
 		// A thousand agents, each with its watches, and tenants creating
 		// at once: the API server's in-flight limits are a real one's.
-		env.ControlPlane.GetAPIServer().Configure().Set("max-requests-inflight", "800").Set("max-mutating-requests-inflight", "400")
+		args := env.ControlPlane.GetAPIServer().Configure().Set("max-requests-inflight", "800").Set("max-mutating-requests-inflight", "400")
+		for k, v := range auditArgs {
+			args.Set(k, v)
+		}
 	}); err != nil {
 		b.Fatal(err)
 	}
@@ -344,6 +370,9 @@ type waveResult struct {
 	peakEtcd                         int64
 
 	heartbeats heartbeatGaps
+	// writesBy is the wave's writes by writer, verb and what, with
+	// FLEET_WRITES_DIR set.
+	writesBy map[string]int
 
 	release, idle bool
 }
@@ -402,9 +431,15 @@ func (f *bench) measure(name string, w *waveResult, body func()) {
 	}
 	pk := watchPeaks("self", strconv.Itoa(f.child.Process.Pid), f.apiserverPID, f.etcdPID)
 	f.track.resetGaps()
+	logFrom := logSize(f.auditLog)
 	body()
 	w.heartbeats = f.track.gapsSince()
 	pk.end()
+	if f.auditLog != "" {
+		if w.writesBy, err = writesBetween(f.auditLog, logFrom, logSize(f.auditLog)); err != nil {
+			f.b.Fatal(err)
+		}
+	}
 	after, err := f.take(ctx)
 	if err != nil {
 		f.b.Fatal(err)
@@ -634,6 +669,8 @@ func (w *waveResult) lines() []string {
 	sec := c.wall.Seconds()
 	out := []string{}
 	switch {
+	case w.idle && w.name == "held":
+		out = append(out, fmt.Sprintf("held fleet, %s after the cold wave: every lease held, its VMs running, nothing asked", c.wall.Round(time.Second)))
 	case w.idle:
 		out = append(out, fmt.Sprintf("idle fleet, %s: the heartbeats and periodic reports alone", c.wall.Round(time.Second)))
 	case w.release:
@@ -677,6 +714,9 @@ func (w *waveResult) lines() []string {
 			time.Duration(v.seconds/v.requests*float64(time.Second)).Round(time.Microsecond)))
 	}
 	out = append(out, "  queued in priority and fairness, per priority level: "+strings.Join(parts, "; "))
+	if w.writesBy != nil {
+		out = append(out, writesTable(w.writesBy, w.n)...)
+	}
 	if w.heartbeats.n > 0 {
 		out = append(out, fmt.Sprintf("  heartbeats seen: %d, the longest gap between two of one chassis %s (%s)",
 			w.heartbeats.n, w.heartbeats.longest.Round(10*time.Millisecond), w.heartbeats.node))
