@@ -102,9 +102,12 @@ var (
 
 func (c *regoInput) value(in *Input) (ast.Value, error) {
 	r := &in.Request
-	groups := make([]any, len(r.UserInfo.Groups))
-	for i, g := range r.UserInfo.Groups {
-		groups[i] = g
+	// The groups stay the caller's []string: OPA converts one as it does a
+	// []any of strings (interning them), and JSON renders it the same, so
+	// that copying them into a []any, a box per group, bought nothing.
+	groups := r.UserInfo.Groups
+	if groups == nil {
+		groups = []string{}
 	}
 	// The document itself, and everything in it, is lazy: a rule reads a
 	// few of a stored object's fields, and converting the rest was most of
@@ -127,7 +130,10 @@ func (c *regoInput) value(in *Input) (ast.Value, error) {
 	}
 	doc["params"] = c.paramsDoc(in.Params)
 	doc["now"] = in.Now.UTC().Format(time.RFC3339Nano)
-	doc["inventory"] = orEmpty(in.Inventory)
+	doc["inventory"] = in.Inventory
+	if in.Inventory == nil {
+		doc["inventory"] = emptyInventory
+	}
 	if in.OldObject != nil {
 		doc["oldObject"] = in.OldObject
 	}
@@ -137,12 +143,9 @@ func (c *regoInput) value(in *Input) (ast.Value, error) {
 	return ast.LazyObject(doc), nil
 }
 
-func orEmpty(m map[string]any) map[string]any {
-	if m == nil {
-		return map[string]any{}
-	}
-	return m
-}
+// emptyInventory is the inventory of an input without one; shared, as
+// neither OPA nor RegoDocument modifies the document.
+var emptyInventory = map[string]any{}
 
 func (c *regoInput) kind(gvk schema.GroupVersionKind) *ast.Term {
 	t, _ := c.kinds.get(gvk, func() (*ast.Term, error) {
