@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -104,14 +105,17 @@ type Options struct {
 // they are a large share of each cached object. Of Pods it holds only
 // instances' (their label selects them on the API server), so that a large
 // cluster's Pods cost the operator nothing, and of those and of Nodes only
-// the fields a controller reads (podFields, nodeFields); of
+// the fields a controller reads (podFields, nodeFields); of coordination
+// Leases, only the heartbeats' namespace, not every other controller's
+// leader election, renewed every few seconds; of
 // CertificateSigningRequests, only those of macrack.io/kubelet-serving.
 func CacheOptions() cache.Options {
 	return cache.Options{
 		DefaultTransform: stripMetadata,
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:  {Label: labels.SelectorFromSet(labels.Set{fleetv1alpha1.InstancePodLabel: "true"}), Transform: podFields},
-			&corev1.Node{}: {Transform: nodeFields},
+			&corev1.Pod{}:           {Label: labels.SelectorFromSet(labels.Set{fleetv1alpha1.InstancePodLabel: "true"}), Transform: podFields},
+			&corev1.Node{}:          {Transform: nodeFields},
+			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{fleetv1alpha1.HeartbeatNamespace: {}}},
 			// Only the requests of MacRack's signer, when the kubelet
 			// serving certificate controller runs.
 			&certificatesv1.CertificateSigningRequest{}: {

@@ -4,11 +4,13 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
@@ -126,8 +128,8 @@ func TestTheCacheKeepsOfANodeWhatTheControllersRead(t *testing.T) {
 	}
 }
 
-// transformOf is the transform of the one kind of ByObject that is
-// passes, whose keys are pointers.
+// transformOf is the transform of the kind that is picks out of
+// ByObject, whose keys are pointers.
 func transformOf(t *testing.T, is func(client.Object) bool) toolscache.TransformFunc {
 	t.Helper()
 	for k, v := range CacheOptions().ByObject {
@@ -141,3 +143,26 @@ func transformOf(t *testing.T, is func(client.Object) bool) toolscache.Transform
 
 func isPod(o client.Object) bool  { _, ok := o.(*corev1.Pod); return ok }
 func isNode(o client.Object) bool { _, ok := o.(*corev1.Node); return ok }
+
+// Of coordination Leases the cache holds the agents' heartbeats alone: the
+// leader election Leases of a cluster's other controllers, renewed every
+// few seconds, are no chassis'.
+func TestTheCacheHoldsTheHeartbeatsLeasesAlone(t *testing.T) {
+	var got cache.ByObject
+	found := false
+	for k, v := range CacheOptions().ByObject {
+		if _, ok := k.(*coordinationv1.Lease); ok {
+			got, found = v, true
+		}
+	}
+	if !found {
+		t.Fatal("the cache's options leave coordination Leases unbounded")
+	}
+	if len(got.Namespaces) != 1 || got.Label != nil || got.Field != nil {
+		t.Fatalf("the cache's coordination Leases are bounded by %+v, want the heartbeats' namespace alone", got)
+	}
+	if _, ok := got.Namespaces[fleetv1alpha1.HeartbeatNamespace]; !ok {
+		t.Errorf("the cache holds coordination Leases of %v, not of %s, where the node controller reads the heartbeats",
+			got.Namespaces, fleetv1alpha1.HeartbeatNamespace)
+	}
+}
