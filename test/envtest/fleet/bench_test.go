@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/pprof/profile"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -357,6 +359,10 @@ type waveResult struct {
 	// at its largest: live after a collection, and the size the collector
 	// let it grow to before the next (the RSS follows the latter).
 	peakLiveHeap, peakHeapGoal uint64
+	// heapInuse is the process's heap in use at the wave's end, with
+	// FLEET_HEAP_DIR set; heapTracker, the share the benchmark's own
+	// tracker holds, so that the rest is the operator's.
+	heapInuse, heapTracker int64
 
 	heartbeats heartbeatGaps
 
@@ -421,7 +427,8 @@ func (f *bench) measure(name string, w *waveResult, body func()) {
 	w.heartbeats = f.track.gapsSince()
 	pk.end()
 	if dir := os.Getenv(envHeap); dir != "" {
-		if err := writeHeapProfile(filepath.Join(dir, "heap-"+name+".pprof")); err != nil {
+		var err error
+		if w.heapInuse, w.heapTracker, err = writeHeapProfile(filepath.Join(dir, "heap-"+name+".pprof")); err != nil {
 			f.b.Fatal(err)
 		}
 	}
@@ -437,19 +444,19 @@ func (f *bench) measure(name string, w *waveResult, body func()) {
 // writeHeapProfile writes the process's heap profile after a collection,
 // so that its in-use figures are the live heap now, not at the last cycle,
 // and beside it (.txt) the runtime's memory classes and the kernel's RSS
-// split: what of the RSS is not heap (stacks, the binary's pages).
-func writeHeapProfile(file string) error {
+// split: what of the RSS is not heap (stacks, the binary's pages). It
+// returns the heap in use and the tracker's share of it (trackerShare).
+func writeHeapProfile(file string) (inuse, tracker int64, err error) {
 	runtime.GC()
-	hf, err := os.Create(file)
-	if err != nil {
-		return err
+	var buf bytes.Buffer
+	if err := pprof.WriteHeapProfile(&buf); err != nil {
+		return 0, 0, fmt.Errorf("writing %s: %w", file, err)
 	}
-	if err := pprof.WriteHeapProfile(hf); err != nil {
-		_ = hf.Close()
-		return fmt.Errorf("writing %s: %w", file, err)
+	if err := os.WriteFile(file, buf.Bytes(), 0o644); err != nil {
+		return 0, 0, err
 	}
-	if err := hf.Close(); err != nil {
-		return err
+	if inuse, tracker, err = trackerShare(&buf); err != nil {
+		return 0, 0, fmt.Errorf("reading %s: %w", file, err)
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -463,7 +470,45 @@ func writeHeapProfile(file string) error {
 			}
 		}
 	}
-	return os.WriteFile(strings.TrimSuffix(file, ".pprof")+".txt", []byte(b.String()), 0o644)
+	fmt.Fprintf(&b, "In use %d MB, of which the benchmark's tracker %d MB\n", inuse>>20, tracker>>20)
+	return inuse, tracker, os.WriteFile(strings.TrimSuffix(file, ".pprof")+".txt", []byte(b.String()), 0o644)
+}
+
+// trackerShare sums a heap profile's bytes in use, and those allocated
+// under the benchmark's tracker: what its informers keep of each object
+// (trackedFields) and its maps. The tracker's informers' own store is
+// allocated in client-go, under no frame of the tracker, and so counts as
+// the operator's: an entry per lease, instance, MacNode and heartbeat.
+func trackerShare(r io.Reader) (inuse, tracker int64, err error) {
+	p, err := profile.Parse(r)
+	if err != nil {
+		return 0, 0, err
+	}
+	idx := -1
+	for i, st := range p.SampleType {
+		if st.Type == "inuse_space" {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return 0, 0, fmt.Errorf("no inuse_space in the heap profile")
+	}
+	const pkg = "macrack-operator/test/envtest/fleet."
+	for _, s := range p.Sample {
+		v := s.Value[idx]
+		inuse += v
+	frames:
+		for _, loc := range s.Location {
+			for _, l := range loc.Line {
+				if fn := l.Function; fn != nil && (strings.Contains(fn.Name, pkg+"trackedFields") ||
+					strings.Contains(fn.Name, pkg+"(*tracker)") || strings.Contains(fn.Name, pkg+"startTracker")) {
+					tracker += v
+					break frames
+				}
+			}
+		}
+	}
+	return inuse, tracker, nil
 }
 
 // fleetProfile fetches the fleet child's CPU profile over the next d into
@@ -705,6 +750,10 @@ func (w *waveResult) lines() []string {
 		fmt.Sprintf("  operator's Go heap, peak MB: live %d, goal %d", w.peakLiveHeap>>20, w.peakHeapGoal>>20),
 		fmt.Sprintf("  API requests: %.0f reads (%.0f/s), %.0f writes (%.0f/s); policy decisions %.0f (%.0f/s)",
 			c.reads, c.reads/sec, c.writes, c.writes/sec, c.decisions, c.decisions/sec))
+	if w.heapInuse > 0 {
+		out = append(out, fmt.Sprintf("  Go heap in use at the wave's end, MB: %d, of which the operator's %d and the benchmark's tracker %d",
+			w.heapInuse>>20, (w.heapInuse-w.heapTracker)>>20, w.heapTracker>>20))
+	}
 	keys := make([]string, 0, len(c.reconciles))
 	for k := range c.reconciles {
 		keys = append(keys, k)
