@@ -11,7 +11,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/clock"
@@ -97,23 +99,96 @@ type Options struct {
 }
 
 // CacheOptions are the manager's cache options, for cmd/operator and the
-// envtest harness alike. The cache drops every object's managedFields: no
-// controller reads them, an update that omits them keeps the stored ones,
-// and they are a large share of each cached chassis, lease and instance.
-// Of Pods it holds only instances' (their label selects them on the API
-// server), so that a large cluster's Pods cost the operator nothing; of
+// envtest harness alike. The cache drops every object's managedFields and
+// kubectl's last-applied copy of it (stripMetadata): no controller reads
+// them, a patch computed from the cached copy leaves them as stored, and
+// they are a large share of each cached object. Of Pods it holds only
+// instances' (their label selects them on the API server), so that a large
+// cluster's Pods cost the operator nothing, and of those and of Nodes only
+// the fields a controller reads (podFields, nodeFields); of coordination
+// Leases, only the heartbeats' namespace, not every other controller's
+// leader election, renewed every few seconds; of
 // CertificateSigningRequests, only those of macrack.io/kubelet-serving.
 func CacheOptions() cache.Options {
 	return cache.Options{
-		DefaultTransform: cache.TransformStripManagedFields(),
+		DefaultTransform: stripMetadata,
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{fleetv1alpha1.InstancePodLabel: "true"})},
+			&corev1.Pod{}:           {Label: labels.SelectorFromSet(labels.Set{fleetv1alpha1.InstancePodLabel: "true"}), Transform: podFields},
+			&corev1.Node{}:          {Transform: nodeFields},
+			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{fleetv1alpha1.HeartbeatNamespace: {}}},
 			// Only the requests of MacRack's signer, when the kubelet
 			// serving certificate controller runs.
 			&certificatesv1.CertificateSigningRequest{}: {
 				Field: fields.OneTermEqualSelector("spec.signerName", fleetv1alpha1.KubeletServingSigner)},
 		},
 	}
+}
+
+// lastApplied is kubectl apply's copy of the object as last applied: as
+// large as the object's spec again, and read by kubectl alone.
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+// stripMetadata drops managedFields and kubectl's last-applied copy. It
+// keeps the copy of the kinds the operator updates whole (a runner's
+// finalizer, a CSR's approval), where the update would otherwise erase it
+// on the API server: an update that omits managedFields keeps them, one
+// that omits an annotation deletes it.
+func stripMetadata(in any) (any, error) {
+	o, ok := in.(metav1.Object)
+	if !ok {
+		return in, nil
+	}
+	o.SetManagedFields(nil)
+	switch in.(type) {
+	case *workloadsv1alpha1.GitLabRunner, *certificatesv1.CertificateSigningRequest:
+		return in, nil
+	}
+	if a := o.GetAnnotations(); a[lastApplied] != "" {
+		kept := make(map[string]string, len(a)-1)
+		for k, v := range a {
+			if k != lastApplied {
+				kept[k] = v
+			}
+		}
+		if len(kept) == 0 {
+			kept = nil
+		}
+		o.SetAnnotations(kept)
+	}
+	return in, nil
+}
+
+// podFields keeps of an instance's Pod what the Pod controller reads: its
+// metadata (labels, owner, deletion), the Node it is bound to, and its
+// status, which it mirrors and patches; not the containers, volumes and
+// tolerations of the spec it made, which it never reads back (a drifted
+// Pod is made again, never patched).
+func podFields(in any) (any, error) {
+	p, ok := in.(*corev1.Pod)
+	if !ok {
+		return stripMetadata(in)
+	}
+	if _, err := stripMetadata(p); err != nil {
+		return nil, err
+	}
+	p.Spec = corev1.PodSpec{NodeName: p.Spec.NodeName}
+	return p, nil
+}
+
+// nodeFields keeps of a Node what the node and Pod controllers read: its
+// metadata, spec (taints) and status conditions and addresses, which they
+// patch; not a kubelet's images, capacity and system info, the bulk of a
+// real cluster's Nodes, which every one of them is cached with.
+func nodeFields(in any) (any, error) {
+	n, ok := in.(*corev1.Node)
+	if !ok {
+		return stripMetadata(in)
+	}
+	if _, err := stripMetadata(n); err != nil {
+		return nil, err
+	}
+	n.Status = corev1.NodeStatus{Conditions: n.Status.Conditions, Addresses: n.Status.Addresses}
+	return n, nil
 }
 
 // Setup adds everything to mgr.

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/pprof/profile"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -59,6 +61,12 @@ const (
 	// fleetPprofAddress is the fleet child's net/http/pprof, with
 	// FLEET_PROFILE_DIR set.
 	fleetPprofAddress = "127.0.0.1:6062"
+	// envHeap, set to a directory, writes the benchmark process's heap
+	// profile (in use, after a collection) at the end of each wave to
+	// <dir>/heap-<wave>.pprof: what the operator holds once the wave's
+	// objects all exist. Unlike FLEET_PROFILE_DIR it costs the wave
+	// nothing while it runs.
+	envHeap = "FLEET_HEAP_DIR"
 )
 
 const (
@@ -94,6 +102,11 @@ func BenchmarkFleet(b *testing.B) {
 		if n, err = strconv.Atoi(v); err != nil || n < 1 {
 			b.Fatalf("%s=%q is not a positive number", envSize, v)
 		}
+	}
+	if os.Getenv(envHeap) != "" {
+		// Finer than the default 512 KiB, so that the operator's smaller
+		// holders show.
+		runtime.MemProfileRate = 64 << 10
 	}
 	if dir := os.Getenv(envProfile); dir != "" {
 		// The operator's goroutines and blocking, live, while a wave runs.
@@ -368,6 +381,14 @@ type waveResult struct {
 	cost                             sampleDelta
 	peakOperator, peakFleet, peakAPI int64
 	peakEtcd                         int64
+	// peakLiveHeap and peakHeapGoal are the benchmark process's Go heap
+	// at its largest: live after a collection, and the size the collector
+	// let it grow to before the next (the RSS follows the latter).
+	peakLiveHeap, peakHeapGoal uint64
+	// heapInuse is the process's heap in use at the wave's end, with
+	// FLEET_HEAP_DIR set; heapTracker, the share the benchmark's own
+	// tracker holds, so that the rest is the operator's.
+	heapInuse, heapTracker int64
 
 	heartbeats heartbeatGaps
 	// writesBy is the wave's writes by writer, verb and what, with
@@ -440,12 +461,88 @@ func (f *bench) measure(name string, w *waveResult, body func()) {
 			f.b.Fatal(err)
 		}
 	}
+	if dir := os.Getenv(envHeap); dir != "" {
+		if w.heapInuse, w.heapTracker, err = writeHeapProfile(filepath.Join(dir, "heap-"+name+".pprof")); err != nil {
+			f.b.Fatal(err)
+		}
+	}
 	after, err := f.take(ctx)
 	if err != nil {
 		f.b.Fatal(err)
 	}
 	w.cost = delta(before, after)
 	w.peakOperator, w.peakFleet, w.peakAPI, w.peakEtcd = pk.operator, pk.fleet, pk.apiserver, pk.etcd
+	w.peakLiveHeap, w.peakHeapGoal = pk.liveHeap, pk.heapGoal
+}
+
+// writeHeapProfile writes the process's heap profile after a collection,
+// so that its in-use figures are the live heap now, not at the last cycle,
+// and beside it (.txt) the runtime's memory classes and the kernel's RSS
+// split: what of the RSS is not heap (stacks, the binary's pages). It
+// returns the heap in use and the tracker's share of it (trackerShare).
+func writeHeapProfile(file string) (inuse, tracker int64, err error) {
+	runtime.GC()
+	var buf bytes.Buffer
+	if err := pprof.WriteHeapProfile(&buf); err != nil {
+		return 0, 0, fmt.Errorf("writing %s: %w", file, err)
+	}
+	if err := os.WriteFile(file, buf.Bytes(), 0o644); err != nil {
+		return 0, 0, err
+	}
+	if inuse, tracker, err = trackerShare(&buf); err != nil {
+		return 0, 0, fmt.Errorf("reading %s: %w", file, err)
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	var b strings.Builder
+	fmt.Fprintf(&b, "HeapAlloc %d MB\nHeapInuse %d MB\nHeapIdle %d MB\nHeapReleased %d MB\nStackInuse %d MB\nSys %d MB\nNextGC %d MB\nGoroutines %d\n",
+		ms.HeapAlloc>>20, ms.HeapInuse>>20, ms.HeapIdle>>20, ms.HeapReleased>>20, ms.StackInuse>>20, ms.Sys>>20, ms.NextGC>>20, runtime.NumGoroutine())
+	if status, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, line := range strings.Split(string(status), "\n") {
+			if strings.HasPrefix(line, "Rss") || strings.HasPrefix(line, "VmHWM") || strings.HasPrefix(line, "VmRSS") {
+				b.WriteString(line + "\n")
+			}
+		}
+	}
+	fmt.Fprintf(&b, "In use %d MB, of which the benchmark's tracker %d MB\n", inuse>>20, tracker>>20)
+	return inuse, tracker, os.WriteFile(strings.TrimSuffix(file, ".pprof")+".txt", []byte(b.String()), 0o644)
+}
+
+// trackerShare sums a heap profile's bytes in use, and those allocated
+// under the benchmark's tracker: what its informers keep of each object
+// (trackedFields) and its maps. The tracker's informers' own store is
+// allocated in client-go, under no frame of the tracker, and so counts as
+// the operator's: an entry per lease, instance, MacNode and heartbeat.
+func trackerShare(r io.Reader) (inuse, tracker int64, err error) {
+	p, err := profile.Parse(r)
+	if err != nil {
+		return 0, 0, err
+	}
+	idx := -1
+	for i, st := range p.SampleType {
+		if st.Type == "inuse_space" {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return 0, 0, fmt.Errorf("no inuse_space in the heap profile")
+	}
+	const pkg = "macrack-operator/test/envtest/fleet."
+	for _, s := range p.Sample {
+		v := s.Value[idx]
+		inuse += v
+	frames:
+		for _, loc := range s.Location {
+			for _, l := range loc.Line {
+				if fn := l.Function; fn != nil && (strings.Contains(fn.Name, pkg+"trackedFields") ||
+					strings.Contains(fn.Name, pkg+"(*tracker)") || strings.Contains(fn.Name, pkg+"startTracker")) {
+					tracker += v
+					break frames
+				}
+			}
+		}
+	}
+	return inuse, tracker, nil
 }
 
 // fleetProfile fetches the fleet child's CPU profile over the next d into
@@ -686,8 +783,13 @@ func (w *waveResult) lines() []string {
 			c.operatorCPU.Seconds(), c.fleetCPU.Seconds(), c.apiCPU.Seconds(), c.etcd.Seconds(), sec),
 		fmt.Sprintf("  peak RSS MB: operator %d, agents %d, kube-apiserver %d, etcd %d",
 			w.peakOperator>>20, w.peakFleet>>20, w.peakAPI>>20, w.peakEtcd>>20),
+		fmt.Sprintf("  operator's Go heap, peak MB: live %d, goal %d", w.peakLiveHeap>>20, w.peakHeapGoal>>20),
 		fmt.Sprintf("  API requests: %.0f reads (%.0f/s), %.0f writes (%.0f/s); policy decisions %.0f (%.0f/s)",
 			c.reads, c.reads/sec, c.writes, c.writes/sec, c.decisions, c.decisions/sec))
+	if w.heapInuse > 0 {
+		out = append(out, fmt.Sprintf("  Go heap in use at the wave's end, MB: %d, of which the operator's %d and the benchmark's tracker %d",
+			w.heapInuse>>20, (w.heapInuse-w.heapTracker)>>20, w.heapTracker>>20))
+	}
 	keys := make([]string, 0, len(c.reconciles))
 	for k := range c.reconciles {
 		keys = append(keys, k)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -247,7 +248,14 @@ type peaks struct {
 	stop                               chan struct{}
 	done                               chan struct{}
 	operatorPID, fleetPID, apiPID, etc string
+	// liveHeap and heapGoal: this process's Go heap at its largest, from
+	// runtime/metrics (no stop of the world).
+	liveHeap, heapGoal uint64
 }
+
+// heapMetrics are this process's live heap after the last collection and
+// the collector's goal for the next.
+var heapMetrics = []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/heap/goal:bytes"}}
 
 func watchPeaks(operatorPID, fleetPID, apiPID, etcdPID string) *peaks {
 	p := &peaks{stop: make(chan struct{}), done: make(chan struct{}),
@@ -265,6 +273,11 @@ func watchPeaks(operatorPID, fleetPID, apiPID, etcdPID string) *peaks {
 				if pr, err := readProc(x.pid); err == nil && pr.rss > *x.peak {
 					*x.peak = pr.rss
 				}
+			}
+			if p.operatorPID == "self" {
+				metrics.Read(heapMetrics)
+				p.liveHeap = max(p.liveHeap, heapMetrics[0].Value.Uint64())
+				p.heapGoal = max(p.heapGoal, heapMetrics[1].Value.Uint64())
 			}
 			p.mu.Unlock()
 			select {
