@@ -97,7 +97,7 @@ func (v *PolicyValidator) admitInstance(ctx context.Context, req admission.Reque
 			return failed(err)
 		}
 		now := v.Clock.Now()
-		kept := pending(lease.Status.Reservations, instances, now, r.TTL)
+		kept := withoutName(pending(lease.Status.Reservations, instances, now, r.TTL), name)
 		d := v.decideOn(ctx, kind, in, lease, instances, reservationMaps(kept), nil)
 		if !d.Allowed() && !onlyCap(d) {
 			// The cache may lag behind what the tenant saw (an image just
@@ -225,6 +225,25 @@ func pendingSeen(entries []leasingv1alpha1.InstanceReservation, instances []any,
 			continue
 		}
 		out = append(out, e)
+	}
+	return out
+}
+
+// withoutName drops the reservation of an earlier create of the same name:
+// the same create retried (the first timed out, or a later admission step
+// refused it) replaces its own reservation: a name is stored at most once,
+// so the two never both run. Were the earlier one stored after all, it
+// counts as itself, and the retry's reservation over-counts until the TTL,
+// never under.
+func withoutName(entries []leasingv1alpha1.InstanceReservation, name string) []leasingv1alpha1.InstanceReservation {
+	if name == "" {
+		return entries
+	}
+	out := entries[:0:0]
+	for _, e := range entries {
+		if e.Name != name {
+			out = append(out, e)
+		}
 	}
 	return out
 }

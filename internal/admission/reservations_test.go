@@ -121,3 +121,23 @@ func TestSweeperDropsTheReservationOfAnInstanceSeenStored(t *testing.T) {
 		t.Fatalf("seen = %v after its reservation was dropped, want none kept", got)
 	}
 }
+
+// A create retried under its name replaces its own reservation; another
+// name's reservation still counts (the positive control), and so does every
+// reservation when the name is not known yet.
+func TestARetriedCreateReplacesItsOwnReservation(t *testing.T) {
+	entries := []leasingv1alpha1.InstanceReservation{{UID: "first-try", Name: "a"}, {UID: "other", Name: "b"}}
+	got := withoutName(entries, "a")
+	if len(got) != 1 || got[0].Name != "b" {
+		t.Fatalf("withoutName(a) = %v, want only b's", got)
+	}
+	if got := withoutName(entries, "c"); len(got) != 2 {
+		t.Fatalf("withoutName(c) = %v, want both", got)
+	}
+	if got := withoutName(entries, ""); len(got) != 2 {
+		t.Fatalf("withoutName(\"\") = %v, want both", got)
+	}
+	if len(entries) != 2 || entries[0].Name != "a" {
+		t.Fatalf("the lease's own list was modified: %v", entries)
+	}
+}

@@ -230,6 +230,42 @@ var _ = Describe("instance.cap at admission", func() {
 		Expect(t.Client.Create(ctx, instance(l, "q3"))).To(Succeed(), "and the next create is admitted")
 	})
 
+	It("admits a create retried under its name after a later step refused it, within the window, and still refuses another name", func() {
+		t, l := leased(2)
+		quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "vms", Namespace: t.Namespace},
+			Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/macosinstances.compute.macrack.io": resource.MustParse("1")}}}
+		Expect(admin.Create(ctx, quota)).To(Succeed())
+		observed := func() string {
+			q := &corev1.ResourceQuota{}
+			Expect(admin.Get(ctx, client.ObjectKeyFromObject(quota), q)).To(Succeed())
+			h := q.Status.Hard["count/macosinstances.compute.macrack.io"]
+			return h.String()
+		}
+		Eventually(observed).Should(Equal("1"))
+		Expect(t.Client.Create(ctx, instance(l, "r1"))).To(Succeed())
+		err := t.Client.Create(ctx, instance(l, "r2"))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the quota refuses after the webhook: %v", err)
+		Expect(reserved(l)).To(ContainElement("r2"))
+
+		Expect(admin.Patch(ctx, quota, client.RawPatch(types.MergePatchType,
+			[]byte(`{"spec":{"hard":{"count/macosinstances.compute.macrack.io":"2"}}}`)))).To(Succeed())
+		Eventually(observed).Should(Equal("2"))
+		By("another name is refused while r2's reservation counts (the control)")
+		err = t.Client.Create(ctx, instance(l, "r3"))
+		harness.ExpectWebhookDenial(err, webhook, "instance.cap")
+		Expect(err.Error()).To(ContainSubstring("r2 (admitted, not stored yet)"))
+		By("r2 retried replaces its own reservation and is admitted, with no clock step")
+		r2 := instance(l, "r2")
+		Expect(t.Client.Create(ctx, r2)).To(Succeed())
+		for _, r := range lease(l).Status.Reservations {
+			if r.Name == "r2" {
+				Expect(r.UID).To(Equal(string(r2.UID)), "r2's first try is no longer reserved; only the stored r2's may remain")
+			}
+		}
+		err = t.Client.Create(ctx, instance(l, "r3"))
+		harness.ExpectWebhookDenial(err, webhook, "instance.cap")
+	})
+
 	It("refuses a write of a lease's reservations by its tenant and by an agent (RBAC), and by any other identity RBAC lets through (the webhook)", func() {
 		t, l := leased(2)
 		Expect(t.Client.Create(ctx, instance(l, "held"))).To(Succeed())
