@@ -320,7 +320,10 @@ func (r *Reconciler) nameHeld(ctx context.Context, s *scope) (ctrl.Result, error
 		return ctrl.Result{}, nil
 	}
 	s.pod = p
-	return ctrl.Result{}, r.replacePod(ctx, s, "its labels were changed")
+	// A Pod stripped of its label is outside the cache's selection, so its
+	// deletion enqueues nothing: look again at once rather than at the
+	// instance's next write.
+	return ctrl.Result{RequeueAfter: conflict.RetryAfter}, r.replacePod(ctx, s, "its labels were changed")
 }
 
 // replacePod deletes the instance's Pod at once, to be made again on the
