@@ -92,6 +92,20 @@ func reservationManagers(l *leasingv1alpha1.MacNodeLease) []string {
 }
 
 // admissions is how many instance creates a replica's webhook answered.
+// instanceQuota creates a ResourceQuota of one instance in ns, and returns
+// it with what kube-controller-manager observed of its hard count.
+func instanceQuota(ns string) (*corev1.ResourceQuota, func() string) {
+	quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "vms", Namespace: ns},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/macosinstances.compute.macrack.io": resource.MustParse("1")}}}
+	Expect(admin.Create(ctx, quota)).To(Succeed())
+	return quota, func() string {
+		q := &corev1.ResourceQuota{}
+		Expect(admin.Get(ctx, client.ObjectKeyFromObject(quota), q)).To(Succeed())
+		h := q.Status.Hard["count/macosinstances.compute.macrack.io"]
+		return h.String()
+	}
+}
+
 func admissions(op *harness.Operator) float64 {
 	GinkgoHelper()
 	families, err := op.Registry.Gather()
@@ -200,15 +214,7 @@ var _ = Describe("instance.cap at admission", func() {
 
 	It("counts a ResourceQuota refusal after the webhook for twice the webhook's timeout at most, then admits the next create", func() {
 		t, l := leased(2)
-		quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "vms", Namespace: t.Namespace},
-			Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/macosinstances.compute.macrack.io": resource.MustParse("1")}}}
-		Expect(admin.Create(ctx, quota)).To(Succeed())
-		observed := func() string {
-			q := &corev1.ResourceQuota{}
-			Expect(admin.Get(ctx, client.ObjectKeyFromObject(quota), q)).To(Succeed())
-			h := q.Status.Hard["count/macosinstances.compute.macrack.io"]
-			return h.String()
-		}
+		quota, observed := instanceQuota(t.Namespace)
 		Eventually(observed).Should(Equal("1"), "kube-controller-manager observed the quota")
 		Expect(t.Client.Create(ctx, instance(l, "q1"))).To(Succeed())
 		err := t.Client.Create(ctx, instance(l, "q2"))
@@ -232,15 +238,7 @@ var _ = Describe("instance.cap at admission", func() {
 
 	It("admits a create retried under its name after a later step refused it, within the window, and still refuses another name", func() {
 		t, l := leased(2)
-		quota := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "vms", Namespace: t.Namespace},
-			Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/macosinstances.compute.macrack.io": resource.MustParse("1")}}}
-		Expect(admin.Create(ctx, quota)).To(Succeed())
-		observed := func() string {
-			q := &corev1.ResourceQuota{}
-			Expect(admin.Get(ctx, client.ObjectKeyFromObject(quota), q)).To(Succeed())
-			h := q.Status.Hard["count/macosinstances.compute.macrack.io"]
-			return h.String()
-		}
+		quota, observed := instanceQuota(t.Namespace)
 		Eventually(observed).Should(Equal("1"))
 		Expect(t.Client.Create(ctx, instance(l, "r1"))).To(Succeed())
 		err := t.Client.Create(ctx, instance(l, "r2"))
