@@ -450,7 +450,11 @@ func (f *bench) measure(name string, w *waveResult, body func()) {
 	if err != nil {
 		f.b.Fatal(err)
 	}
-	pk := watchPeaks("self", strconv.Itoa(f.child.Process.Pid), f.apiserverPID, f.etcdPID)
+	var peakProfile string
+	if dir := os.Getenv(envHeap); dir != "" {
+		peakProfile = filepath.Join(dir, "heap-"+name+"-peak.pprof")
+	}
+	pk := watchPeaks("self", strconv.Itoa(f.child.Process.Pid), f.apiserverPID, f.etcdPID, peakProfile)
 	f.track.resetGaps()
 	logFrom := logSize(f.auditLog)
 	body()

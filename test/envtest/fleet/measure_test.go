@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/metrics"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -251,15 +252,20 @@ type peaks struct {
 	// liveHeap and heapGoal: this process's Go heap at its largest, from
 	// runtime/metrics (no stop of the world).
 	liveHeap, heapGoal uint64
+	// peakProfile, if set, is where the heap profile at the live heap's
+	// largest is written: what the peak holds, which the wave's end no
+	// longer does.
+	peakProfile string
+	profiled    uint64
 }
 
 // heapMetrics are this process's live heap after the last collection and
 // the collector's goal for the next.
 var heapMetrics = []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/heap/goal:bytes"}}
 
-func watchPeaks(operatorPID, fleetPID, apiPID, etcdPID string) *peaks {
+func watchPeaks(operatorPID, fleetPID, apiPID, etcdPID, peakProfile string) *peaks {
 	p := &peaks{stop: make(chan struct{}), done: make(chan struct{}),
-		operatorPID: operatorPID, fleetPID: fleetPID, apiPID: apiPID, etc: etcdPID}
+		operatorPID: operatorPID, fleetPID: fleetPID, apiPID: apiPID, etc: etcdPID, peakProfile: peakProfile}
 	go func() {
 		defer close(p.done)
 		t := time.NewTicker(500 * time.Millisecond)
@@ -278,6 +284,16 @@ func watchPeaks(operatorPID, fleetPID, apiPID, etcdPID string) *peaks {
 				metrics.Read(heapMetrics)
 				p.liveHeap = max(p.liveHeap, heapMetrics[0].Value.Uint64())
 				p.heapGoal = max(p.heapGoal, heapMetrics[1].Value.Uint64())
+				// A new peak 2 MB past the last profiled one is profiled
+				// again: the profile's in-use figures are the last
+				// collection's, the live heap just read.
+				if p.peakProfile != "" && p.liveHeap >= p.profiled+2<<20 {
+					p.profiled = p.liveHeap
+					var buf bytes.Buffer
+					if pprof.WriteHeapProfile(&buf) == nil {
+						_ = os.WriteFile(p.peakProfile, buf.Bytes(), 0o644)
+					}
+				}
 			}
 			p.mu.Unlock()
 			select {
