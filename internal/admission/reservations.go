@@ -416,7 +416,8 @@ func (s *Sweeper) Start(ctx context.Context) error {
 		case <-s.Clock.After(s.Period):
 			s.seen.expire(s.Clock.Now().Add(-s.Reservations.TTL))
 			leases := &leasingv1alpha1.MacNodeLeaseList{}
-			if err := s.Cache.List(ctx, leases); err != nil {
+			// Uncopied: only their keys are read.
+			if err := s.Cache.List(ctx, leases, client.UnsafeDisableDeepCopy); err != nil {
 				log.Error(err, "Listing leases failed")
 				continue
 			}

@@ -443,8 +443,10 @@ func (e *Exporter) retrier(ctx context.Context) error {
 
 func (e *Exporter) enqueueWaiting(ctx context.Context) error {
 	for _, k := range e.kinds {
+		// Uncopied: each object is only read, and its key enqueued; a
+		// copy of every object of the kind per retry was a fleet's worth.
 		list := k.newList()
-		if err := e.Client.List(ctx, list); err != nil {
+		if err := e.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 			return err
 		}
 		for _, o := range objects(list) {
