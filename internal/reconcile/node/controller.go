@@ -86,6 +86,10 @@ type Reconciler struct {
 	Metrics *Metrics
 	// JournalDropped counts audit records a full journal lost; may be nil.
 	JournalDropped func(n int)
+
+	// compliant is the chassis whose facts the policies last let enter
+	// service (assessCompliance).
+	compliant compliant
 }
 
 // SetupWithManager registers the controller and its watches.
@@ -148,7 +152,7 @@ func macNodeOfInstance(_ context.Context, obj client.Object) []reconcile.Request
 
 func (r *Reconciler) macNodesOfClass(ctx context.Context, obj client.Object) []reconcile.Request {
 	nodes := &fleetv1alpha1.MacNodeList{}
-	if err := r.Client.List(ctx, nodes, client.MatchingFields{index.MacNodeByClass: obj.GetName()}); err != nil {
+	if err := r.Client.List(ctx, nodes, client.MatchingFields{index.MacNodeByClass: obj.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing MacNodes of a class failed", "MacNodeClass", obj.GetName())
 		return nil
 	}
@@ -219,6 +223,9 @@ func (s *scope) tell(kind, reason, action, message string) {
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	mn := &fleetv1alpha1.MacNode{}
 	if err := r.Client.Get(ctx, req.NamespacedName, mn); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.compliant.forget(req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	s := &scope{node: mn, now: metav1.NewTime(r.Clock.Now())}

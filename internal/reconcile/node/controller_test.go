@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -197,4 +199,90 @@ func TestAChassisIsJudgedOnlyOnceItsFactsAreIn(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestACompliantChassisIsJudgedAgainOnlyWhenItsFactsOrClassChange: a pass
+// whose chassis changed elsewhere reuses the clean verdict its facts and
+// class had, and asks the policies nothing; new facts, or a changed class,
+// are judged again, and refused when they fail.
+// Proves: node.commercial
+func TestACompliantChassisIsJudgedAgainOnlyWhenItsFactsOrClassChange(t *testing.T) {
+	ctx := context.Background()
+	r, c := reconciler(t, macNode(good()), class())
+	r.Denials = denial.NewBuffer(16, nil)
+	judged := func() float64 {
+		decisions := r.Engine.Collectors()[0].(*prometheus.CounterVec)
+		return testutil.ToFloat64(decisions.WithLabelValues("node.commercial", "allow")) +
+			testutil.ToFloat64(decisions.WithLabelValues("node.commercial", "deny"))
+	}
+	phase := func(want fleetv1alpha1.MacNodePhase) {
+		t.Helper()
+		if mn := run(t, r, c); mn.Status.Phase != want {
+			t.Fatalf("phase %s, want %s", mn.Status.Phase, want)
+		}
+	}
+	setFacts := func(f *fleetv1alpha1.ReportedFacts) {
+		t.Helper()
+		mn := &fleetv1alpha1.MacNode{}
+		if err := c.Get(ctx, client.ObjectKey{Name: "c02a"}, mn); err != nil {
+			t.Fatal(err)
+		}
+		mn.Status.Reported = f
+		if err := c.Status().Update(ctx, mn); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	phase(fleetv1alpha1.MacNodeReady)
+	first := judged()
+	if first == 0 {
+		t.Fatal("the first pass asked node.commercial nothing")
+	}
+	// Another pass, and one after a write elsewhere in the status (a
+	// condition): the same facts and class, not judged again.
+	phase(fleetv1alpha1.MacNodeReady)
+	mn := &fleetv1alpha1.MacNode{}
+	if err := c.Get(ctx, client.ObjectKey{Name: "c02a"}, mn); err != nil {
+		t.Fatal(err)
+	}
+	meta.SetStatusCondition(&mn.Status.Conditions, metav1.Condition{Type: "Elsewhere", Status: metav1.ConditionTrue, Reason: "Test"})
+	if err := c.Status().Update(ctx, mn); err != nil {
+		t.Fatal(err)
+	}
+	phase(fleetv1alpha1.MacNodeReady)
+	if n := judged(); n != first {
+		t.Fatalf("node.commercial judged %v times after passes with the same facts and class, want %v", n, first)
+	}
+
+	// New facts: judged again, and a 1 Gb NIC refused.
+	slow := good()
+	slow.NetworkGbps = ptr.To(int32(1))
+	setFacts(slow)
+	phase(fleetv1alpha1.MacNodeEnrolled)
+	if n := judged(); n <= first {
+		t.Fatal("new facts were not judged again")
+	}
+	// A refusal is asked again on every pass, and recorded each time.
+	refused := judged()
+	phase(fleetv1alpha1.MacNodeEnrolled)
+	if n := judged(); n <= refused {
+		t.Fatal("a refused chassis was not judged again on its next pass")
+	}
+	if r.Denials.Len() == 0 {
+		t.Fatal("no denial recorded for the 1 Gb NIC")
+	}
+
+	// Good facts again, then a class that asks more than they give: the
+	// class' change is judged again, and refused.
+	setFacts(good())
+	phase(fleetv1alpha1.MacNodeReady)
+	cl := &fleetv1alpha1.MacNodeClass{}
+	if err := c.Get(ctx, client.ObjectKey{Name: "m4"}, cl); err != nil {
+		t.Fatal(err)
+	}
+	cl.Spec.Disk = resource.MustParse("2T")
+	if err := c.Update(ctx, cl); err != nil {
+		t.Fatal(err)
+	}
+	phase(fleetv1alpha1.MacNodeEnrolled)
 }

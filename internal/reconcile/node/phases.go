@@ -98,6 +98,10 @@ func (r *Reconciler) assessCompliance(ctx context.Context, s *scope) error {
 	if len(s.unreported) > 0 {
 		return nil
 	}
+	revision := r.Engine.Revision()
+	if r.compliant.holds(mn, class, revision) {
+		return nil
+	}
 	from := mn.DeepCopy()
 	from.Status.Phase = fleetv1alpha1.MacNodeEnrolled
 	to := mn.DeepCopy()
@@ -106,6 +110,11 @@ func (r *Reconciler) assessCompliance(ctx context.Context, s *scope) error {
 	if err != nil {
 		return err
 	}
+	if len(d.Violations) == 0 {
+		r.compliant.keep(mn, class, revision)
+		return nil
+	}
+	r.compliant.forget(mn.Name)
 	for _, v := range d.Violations {
 		if v.Rule == "node.commercial" || v.Rule == "quota.never-circumvent" || v.Code == policy.CodeError || v.Code == policy.CodeDisagreement {
 			s.problems = append(s.problems, v.Message)
