@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -316,5 +317,59 @@ func TestAPassWritesEachObjectOnce(t *testing.T) {
 	reconcileNode(t, r)
 	if len(writes) != 0 {
 		t.Fatalf("a steady pass wrote %v", writes)
+	}
+}
+
+// listedBy is the field index a List asks, or "".
+func listedBy(opts []client.ListOption) string {
+	lo := &client.ListOptions{}
+	lo.ApplyOptions(opts)
+	if lo.FieldSelector == nil {
+		return ""
+	}
+	for _, r := range lo.FieldSelector.Requirements() {
+		return r.Field
+	}
+	return ""
+}
+
+// The pass after two claims reads the informer cache twice: the chassis'
+// instances, then the lease's. b's placement reaches the cache between the
+// two reads, so the first still sees b unplaced (the by-node index does
+// not list it) and the second sees it placed (not waiting). b is then on
+// neither list; the pass must not take its slot away, or the agent never
+// runs b (placed, without a slot) and nothing claims one for it again.
+// Positive control: once b is really gone, its slot is freed.
+func TestAPlacementSeenBetweenTheTwoReadsKeepsItsSlot(t *testing.T) {
+	r, c := setup(t, 2, instance("a", time.Second), instance("b", 2*time.Second))
+	reconcileNode(t, r)
+	if got := slotsOf(t, c); len(got) != 2 || get(t, c, "b").Status.NodeName != "c02a" {
+		t.Fatalf("want a and b placed on two slots, got %+v", got)
+	}
+
+	r.Client = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+		List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if err := cl.List(ctx, list, opts...); err != nil {
+				return err
+			}
+			if l, ok := list.(*computev1alpha1.MacOSInstanceList); ok && listedBy(opts) == index.InstanceByNode {
+				// The first read: b's placement is not in the cache yet.
+				l.Items = slices.DeleteFunc(l.Items, func(i computev1alpha1.MacOSInstance) bool { return i.Name == "b" })
+			}
+			return nil
+		},
+	})
+	reconcileNode(t, r)
+	if got := slotsOf(t, c); len(got) != 2 || got[1].Name != "b" {
+		t.Fatalf("a placement seen between the two reads lost its slot: %+v", got)
+	}
+
+	r.Client = c
+	if err := c.Delete(context.Background(), get(t, c, "b")); err != nil {
+		t.Fatal(err)
+	}
+	reconcileNode(t, r)
+	if got := slotsOf(t, c); len(got) != 1 || got[0].Name != "a" {
+		t.Fatalf("b is gone, want a's slot alone, got %+v", got)
 	}
 }

@@ -104,7 +104,8 @@ func (r *Reconciler) reconcileSlots(ctx context.Context, s *scope) error {
 
 // observeInstances finds the instances on the chassis, and those of its
 // lease that wait for a slot: only a Leased chassis places, and one under
-// quarantine tells its waiting instances why it does not.
+// quarantine tells its waiting instances why it does not. Each instance of
+// the lease is on one list or the other, whichever read saw it.
 func (r *Reconciler) observeInstances(ctx context.Context, s *scope) error {
 	mn := s.node
 	placed := &computev1alpha1.MacOSInstanceList{}
@@ -122,9 +123,21 @@ func (r *Reconciler) observeInstances(ctx context.Context, s *scope) error {
 		client.MatchingFields{index.InstanceByLease: index.LeaseKey(b.LeaseNamespace, b.LeaseName)}); err != nil {
 		return fmt.Errorf("listing instances of %s/%s: %w", b.LeaseNamespace, b.LeaseName, err)
 	}
+	onChassis := map[types.UID]bool{}
+	for _, i := range s.placed {
+		onChassis[i.UID] = true
+	}
 	for _, i := range ofLease.Items {
-		if i.Status.NodeName == "" && i.DeletionTimestamp.IsZero() {
+		switch {
+		case i.Status.NodeName == "" && i.DeletionTimestamp.IsZero():
 			s.waiting = append(s.waiting, i)
+		case i.Status.NodeName == mn.Name && !onChassis[i.UID] && !gone(i):
+			// The two Lists are two reads of the cache: a placement that
+			// landed between them is on neither list as read (unplaced
+			// in the first, placed in the second), and its slot would be
+			// dropped, leaving it placed without one, which nothing
+			// claims again. It is on the chassis.
+			s.placed = append(s.placed, i)
 		}
 	}
 	return nil
