@@ -524,6 +524,14 @@ func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *compute
 			w = r.evidence(Owner{Namespace: inst.Namespace, Name: inst.Name, UID: inst.UID, LeaseName: inst.Spec.LeaseName}, ev)
 			r.recordWipe(w)
 		}
+		// The chassis' report first, with the emptied inventory and the
+		// evidence: the wipe's record frees the instance's slot at once
+		// (chassis.AwaitsWipe), and placement's write of the chassis,
+		// locked on its resourceVersion, would lose to this report landing
+		// in between (issue 39). A failure is retried after the record.
+		if err := r.Report.Flush(ctx); err != nil {
+			log.Error(err, "Reporting the wipe before its record failed; it is reported after it")
+		}
 		rt := stoppedRuntime(inst, msgStoppedWiped, stop)
 		at := metav1.NewTime(r.Clock.Now())
 		rt.WipedAt, rt.Wipe = &at, &w
