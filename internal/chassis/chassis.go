@@ -25,10 +25,10 @@ const HistoryLimit = 32
 
 // DeleteInstances deletes every instance of the lease namespace/name that is
 // not already being deleted, and returns how many still wait for their host
-// agent to stop the VM and wipe the disk: those that still carry
-// macrack.io/disk-wipe. An instance held only by someone else's finalizer
-// has had its disk wiped; what keeps it is its owner's business, and it
-// holds no chassis.
+// agent to stop the VM and wipe the disk (AwaitsWipe). An instance held
+// only by someone else's finalizer, or by the agent's with its wipe on
+// record, has had its disk wiped; what keeps it is its owner's business,
+// and it holds no chassis.
 func DeleteInstances(ctx context.Context, c client.Client, namespace, name string) (int, error) {
 	list := &computev1alpha1.MacOSInstanceList{}
 	if err := c.List(ctx, list, client.InNamespace(namespace),
@@ -43,11 +43,21 @@ func DeleteInstances(ctx context.Context, c client.Client, namespace, name strin
 				return 0, fmt.Errorf("deleting instance %s/%s: %w", inst.Namespace, inst.Name, err)
 			}
 		}
-		if controllerutil.ContainsFinalizer(inst, fleetv1alpha1.DiskWipeFinalizer) {
+		if AwaitsWipe(inst) {
 			awaiting++
 		}
 	}
 	return awaiting, nil
+}
+
+// AwaitsWipe reports whether inst waits for its agent to stop its VM and
+// wipe its disk: it carries macrack.io/disk-wipe, and no wipe is on record.
+// A wiped instance may keep the finalizer a while longer, until the audit
+// exporter takes it off with its own last records (issue 39); it holds no
+// VM and no disk by then.
+func AwaitsWipe(inst *computev1alpha1.MacOSInstance) bool {
+	wiped := inst.Status.Runtime != nil && inst.Status.Runtime.WipedAt != nil
+	return !wiped && controllerutil.ContainsFinalizer(inst, fleetv1alpha1.DiskWipeFinalizer)
 }
 
 // Outcome is where a release stands after one pass.

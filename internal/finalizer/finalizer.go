@@ -66,16 +66,29 @@ func AddPatch(finalizers []string, name string) ([]byte, error) {
 	return json.Marshal([]any{alive, testOp{Op: "test", Path: path, Value: finalizers}, op{Op: "add", Path: path + "/-", Value: name}})
 }
 
-// RemovePatch is the JSON patch that removes name from finalizers, on
-// condition that it is still at the index it was read at. Nil if name is
-// not there.
-func RemovePatch(finalizers []string, name string) ([]byte, error) {
-	i := slices.Index(finalizers, name)
-	if i < 0 {
+// RemovePatch is the JSON patch that removes names from finalizers, in one
+// write, on condition that each is still at the index it was read at. Nil
+// if none of them is there.
+func RemovePatch(finalizers []string, names ...string) ([]byte, error) {
+	var at []int
+	for i, f := range finalizers {
+		if slices.Contains(names, f) {
+			at = append(at, i)
+		}
+	}
+	if len(at) == 0 {
 		return nil, nil
 	}
-	at := fmt.Sprintf("%s/%d", path, i)
-	return json.Marshal([]any{testOp{Op: "test", Path: at, Value: name}, op{Op: "remove", Path: at}})
+	var ops []any
+	for _, i := range at {
+		ops = append(ops, testOp{Op: "test", Path: fmt.Sprintf("%s/%d", path, i), Value: finalizers[i]})
+	}
+	// The highest index first: each removal leaves the lower ones where
+	// they were tested.
+	for _, i := range slices.Backward(at) {
+		ops = append(ops, op{Op: "remove", Path: fmt.Sprintf("%s/%d", path, i)})
+	}
+	return json.Marshal(ops)
 }
 
 // Add puts name on obj's finalizers, unless they hold it already, and
@@ -89,15 +102,16 @@ func Add(ctx context.Context, c client.Writer, obj client.Object, name string, o
 	return write(ctx, c, obj, p, opts)
 }
 
-// Remove takes name off obj's finalizers, if they hold it, and updates obj
-// from the server's answer (which may be that it is gone: NotFound). A
-// concurrent finalizer write is a Conflict (apierrors.IsConflict).
-func Remove(ctx context.Context, c client.Writer, obj client.Object, name string, opts ...client.PatchOption) error {
-	p, err := RemovePatch(obj.GetFinalizers(), name)
+// Remove takes names off obj's finalizers, those they hold, in one write,
+// and updates obj from the server's answer (which may be that it is gone:
+// NotFound). A concurrent finalizer write is a Conflict
+// (apierrors.IsConflict).
+func Remove(ctx context.Context, c client.Writer, obj client.Object, names ...string) error {
+	p, err := RemovePatch(obj.GetFinalizers(), names...)
 	if err != nil || p == nil {
 		return err
 	}
-	return write(ctx, c, obj, p, opts)
+	return write(ctx, c, obj, p, nil)
 }
 
 func write(ctx context.Context, c client.Writer, obj client.Object, p []byte, opts []client.PatchOption) error {

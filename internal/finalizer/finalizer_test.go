@@ -137,13 +137,19 @@ func TestRemove(t *testing.T) {
 		other    func(*corev1.ConfigMap)
 		conflict bool
 		want     []string
+		// also is a second finalizer taken off in the same write.
+		also string
 	}{
-		{"the only one", []string{mine}, nil, false, nil},
-		{"among others", []string{"a", mine, "b"}, nil, false, []string{"a", "b"}},
-		{"not there", []string{"a"}, nil, false, []string{"a"}},
-		{"another field changed", []string{"a", mine}, func(cm *corev1.ConfigMap) { cm.Data = map[string]string{"k": "v"} }, false, []string{"a"}},
-		{"one after it removed", []string{mine, "b"}, func(cm *corev1.ConfigMap) { cm.Finalizers = []string{mine} }, false, nil},
-		{"one before it removed", []string{"a", mine}, func(cm *corev1.ConfigMap) { cm.Finalizers = []string{mine} }, true, []string{mine}},
+		{"the only one", []string{mine}, nil, false, nil, ""},
+		{"among others", []string{"a", mine, "b"}, nil, false, []string{"a", "b"}, ""},
+		{"not there", []string{"a"}, nil, false, []string{"a"}, ""},
+		{"another field changed", []string{"a", mine}, func(cm *corev1.ConfigMap) { cm.Data = map[string]string{"k": "v"} }, false, []string{"a"}, ""},
+		{"one after it removed", []string{mine, "b"}, func(cm *corev1.ConfigMap) { cm.Finalizers = []string{mine} }, false, nil, ""},
+		{"one before it removed", []string{"a", mine}, func(cm *corev1.ConfigMap) { cm.Finalizers = []string{mine} }, true, []string{mine}, ""},
+		{"two at once, apart", []string{"a", mine, "b", "c"}, nil, false, []string{"a", "b"}, "c"},
+		{"two at once, side by side", []string{"b", mine}, nil, false, nil, "b"},
+		{"two at once, one of them not there", []string{"a", mine}, nil, false, []string{"a"}, "c"},
+		{"two at once, the second already removed", []string{mine, "c", "d"}, func(cm *corev1.ConfigMap) { cm.Finalizers = []string{mine, "d"} }, true, []string{mine, "d"}, "c"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := apiserver(t, configMap(tc.before...))
@@ -154,7 +160,11 @@ func TestRemove(t *testing.T) {
 			if tc.other != nil {
 				otherWriter(t, c, tc.other)
 			}
-			err := finalizer.Remove(ctx, c, read, mine)
+			names := []string{mine}
+			if tc.also != "" {
+				names = append(names, tc.also)
+			}
+			err := finalizer.Remove(ctx, c, read, names...)
 			if got := apierrors.IsConflict(err); got != tc.conflict || (!tc.conflict && err != nil) {
 				t.Fatalf("Remove: %v; conflict %t, want %t", err, got, tc.conflict)
 			}

@@ -4,8 +4,9 @@
 #   Every instance disk is wiped before its instance goes. The
 #   macrack.io/disk-wipe finalizer is removed only by the agent of the
 #   instance's node, and only once the wipe is recorded in
-#   status.runtime.wipedAt; or by the operator, which does so only for a
-#   Retired chassis, recording the unwiped disk in the chassis' history.
+#   status.runtime.wipedAt; or by the operator, which does so only once
+#   that wipe is recorded, with its own audit finalizer, or for a Retired
+#   chassis, recording the unwiped disk in the chassis' history.
 # custom:
 #   id: instance.wipe
 #   kinds:

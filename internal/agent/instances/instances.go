@@ -469,6 +469,13 @@ func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *compute
 	if !controllerutil.ContainsFinalizer(inst, fleetv1alpha1.DiskWipeFinalizer) {
 		return nil
 	}
+	if wipedForExport(inst) {
+		// Done on an earlier pass, which reported it; the finalizer is the
+		// exporter's to take now. (Had that pass's chassis report failed,
+		// the reaper's next pass reports the emptied inventory.)
+		r.keysOutcome(inst.UID, "")
+		return nil
+	}
 	uid := string(inst.UID)
 	// Gently, as a quarantine does: the VM's job, if one runs, is
 	// reported interrupted before the VM goes, rather than left running
@@ -517,6 +524,14 @@ func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *compute
 			w = r.evidence(Owner{Namespace: inst.Namespace, Name: inst.Name, UID: inst.UID, LeaseName: inst.Spec.LeaseName}, ev)
 			r.recordWipe(w)
 		}
+		// The chassis' report first, with the emptied inventory and the
+		// evidence: the wipe's record frees the instance's slot at once
+		// (chassis.AwaitsWipe), and placement's write of the chassis,
+		// locked on its resourceVersion, would lose to this report landing
+		// in between (issue 39). A failure is retried after the record.
+		if err := r.Report.Flush(ctx); err != nil {
+			log.Error(err, "Reporting the wipe before its record failed; it is reported after it")
+		}
 		rt := stoppedRuntime(inst, msgStoppedWiped, stop)
 		at := metav1.NewTime(r.Clock.Now())
 		rt.WipedAt, rt.Wipe = &at, &w
@@ -531,6 +546,12 @@ func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *compute
 	if err := r.Report.Flush(ctx); err != nil {
 		return fmt.Errorf("reporting the wipe of %s on MacNode %s: %w", uid, r.NodeName, err)
 	}
+	if leftToExporter(inst) {
+		// wipedForExport from the next pass on.
+		r.keysOutcome(inst.UID, "")
+		log.Info("Instance wiped; the audit exporter releases it", "MacOSInstance", client.ObjectKeyFromObject(inst))
+		return nil
+	}
 	if err := finalizer.Remove(ctx, r.Client, inst, fleetv1alpha1.DiskWipeFinalizer); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -541,6 +562,29 @@ func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *compute
 	r.keysOutcome(inst.UID, "")
 	log.Info("Instance wiped and released", "MacOSInstance", client.ObjectKeyFromObject(inst))
 	return nil
+}
+
+// wipedForExport: the wipe is on record, and the audit exporter takes
+// macrack.io/disk-wipe off with its own (leftToExporter).
+func wipedForExport(inst *computev1alpha1.MacOSInstance) bool {
+	return inst.Status.Runtime != nil && inst.Status.Runtime.WipedAt != nil && leftToExporter(inst)
+}
+
+// leftToExporter: the instance carries the audit exporter's finalizer and
+// no one else's but this agent's, so the exporter takes macrack.io/disk-wipe
+// off with its own in one write once the wipe is on record and the last
+// records are out (issue 39), rather than this agent in a write of its
+// own. instance.wipe holds either way: the finalizer goes only after
+// status.runtime.wipedAt, which only this agent writes. Without the
+// exporter's finalizer, or with a tenant's that would hold the exporter's
+// back, the agent takes its own off, as before.
+func leftToExporter(inst *computev1alpha1.MacOSInstance) bool {
+	for _, f := range inst.Finalizers {
+		if f != fleetv1alpha1.AuditFinalizer && f != fleetv1alpha1.DiskWipeFinalizer {
+			return false
+		}
+	}
+	return controllerutil.ContainsFinalizer(inst, fleetv1alpha1.AuditFinalizer)
 }
 
 // report writes status.runtime, and nothing else, with a merge patch.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
 )
 
@@ -198,5 +200,65 @@ func TestADeletedInstancesStopOutlivesItsHelperUntilOnRecord(t *testing.T) {
 	}
 	if !rg.gone("ci-1") {
 		t.Fatal("the instance was not let go")
+	}
+}
+
+// A deleted instance that carries the audit exporter's finalizer keeps the
+// agent's after the wipe (issue 39): the exporter takes both off in one
+// write once the last records are out, and the agent writes no finalizer
+// patch of its own, on this pass or the next. The wipe is on record first,
+// as instance.wipe demands. The positive control is
+// TestADeletedInstancesStopAndWipeAreOneStatusWrite: without the exporter's
+// finalizer, the agent lets the instance go itself.
+func TestAWipedInstanceKeepsTheAgentsFinalizerForTheExporter(t *testing.T) {
+	rg := newRig(t, "ci-1")
+	inst := rg.instance("ci-1")
+	inst.Finalizers = []string{fleetv1alpha1.AuditFinalizer}
+	if err := rg.c.Update(context.Background(), inst); err != nil {
+		t.Fatal(err)
+	}
+	rg.run("ci-1")
+	if err := rg.c.Delete(context.Background(), rg.instance("ci-1")); err != nil {
+		t.Fatal(err)
+	}
+	mark := len(rg.recorded())
+	for range 2 {
+		if err := rg.reconcile("ci-1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := rg.instance("ci-1")
+	if got.Status.Runtime == nil || got.Status.Runtime.WipedAt == nil || !rg.r.Disks.Wiped("uid-ci-1") {
+		t.Fatalf("runtime %+v: the wipe is not done and on record", got.Status.Runtime)
+	}
+	if !slices.Equal(got.Finalizers, []string{fleetv1alpha1.AuditFinalizer, fleetv1alpha1.DiskWipeFinalizer}) {
+		t.Fatalf("finalizers %v, want the exporter's and the agent's, for the exporter to take", got.Finalizers)
+	}
+	for _, w := range rg.recorded()[mark:] {
+		if w.kind == "MacOSInstance" && w.subresource == "" {
+			t.Errorf("the agent wrote the instance's finalizers after the wipe: %s", w.body)
+		}
+	}
+}
+
+// A tenant's own finalizer holds the exporter's back: the agent then takes
+// its own off after the wipe, as without the exporter, so that the wipe's
+// finalizer does not wait on the tenant.
+func TestAWipedInstanceWithATenantsFinalizerLosesTheAgentsAtOnce(t *testing.T) {
+	rg := newRig(t, "ci-1")
+	inst := rg.instance("ci-1")
+	inst.Finalizers = []string{fleetv1alpha1.AuditFinalizer, "example.com/keep"}
+	if err := rg.c.Update(context.Background(), inst); err != nil {
+		t.Fatal(err)
+	}
+	rg.run("ci-1")
+	if err := rg.c.Delete(context.Background(), rg.instance("ci-1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := rg.reconcile("ci-1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := rg.instance("ci-1").Finalizers; !slices.Equal(got, []string{fleetv1alpha1.AuditFinalizer, "example.com/keep"}) {
+		t.Fatalf("finalizers %v, want the agent's off, the exporter's and the tenant's left", got)
 	}
 }

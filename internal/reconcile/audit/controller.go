@@ -379,14 +379,19 @@ func (r *kindReconciler) advance(ctx context.Context, obj client.Object, seq int
 	return nil
 }
 
-// finalize lets a deleted object go, once every other finalizer is gone
-// (nothing will journal on it again) and its journal is exported: its last
-// record, deleted, goes out first.
+// finalize lets a deleted object go, once every other finalizer is gone or
+// is one the kind takes (nothing will journal on it again) and its journal
+// is exported: its last record, deleted, goes out first. Those it takes
+// come off with its own, in one write.
 func (r *kindReconciler) finalize(ctx context.Context, obj client.Object) error {
 	if !r.k.finalized || obj.GetDeletionTimestamp().IsZero() || !controllerutil.ContainsFinalizer(obj, fleetv1alpha1.AuditFinalizer) {
 		return nil
 	}
-	if slices.ContainsFunc(obj.GetFinalizers(), func(f string) bool { return f != fleetv1alpha1.AuditFinalizer }) {
+	off := []string{fleetv1alpha1.AuditFinalizer}
+	if r.k.takes != nil {
+		off = append(off, r.k.takes(obj)...)
+	}
+	if slices.ContainsFunc(obj.GetFinalizers(), func(f string) bool { return !slices.Contains(off, f) }) {
 		return nil
 	}
 	if n, _ := r.waiting(obj); n > 0 {
@@ -406,7 +411,7 @@ func (r *kindReconciler) finalize(ctx context.Context, obj client.Object) error 
 		r.e.Metrics.billed.add(l, r.e.Clock.Now())
 	}
 	r.forget(obj.GetUID())
-	if err := finalizer.Remove(ctx, r.e.Client, obj, fleetv1alpha1.AuditFinalizer); err != nil && !apierrors.IsNotFound(err) {
+	if err := finalizer.Remove(ctx, r.e.Client, obj, off...); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("removing the audit finalizer of %s %s: %w", r.k.name, client.ObjectKeyFromObject(obj), err)
 	}
 	return nil

@@ -252,23 +252,30 @@ func TestAnObjectNotJournaledYetIsLeftAlone(t *testing.T) {
 }
 
 // TestAReleasedLeaseGoesWithoutItsLastCursorWrite: the records of a lease
-// released on its way out go to the sink, and its audit finalizer comes off
-// once the lease controller's has, with no cursor write in between (issue
-// 17: that write would precede the finalizer's removal by moments). An
-// exporter that restarts in between sends them again before it lets go.
+// deleted go to the sink with no cursor write (issue 17: that write would
+// precede the finalizer's removal by moments), and the lease stays while
+// the lease controller has not released it. Once it is Released, its
+// finalizer and the audit one come off in one write, after the deleted
+// record (issue 39: the lease controller leaves its own to this write). An
+// exporter that restarts in between sends the records again before it lets
+// go.
 func TestAReleasedLeaseGoesWithoutItsLastCursorWrite(t *testing.T) {
 	for _, restart := range []bool{false, true} {
 		clk := clocktesting.NewFakeClock(time.Date(2026, 6, 3, 12, 0, 0, 0, time.UTC))
 		s := &sink{}
 		l := leaseWithJournal(fleetv1alpha1.LeaseFinalizer, fleetv1alpha1.AuditFinalizer)
-		l.Status.Phase = leasingv1alpha1.LeaseReleased
+		l.Status.Phase = leasingv1alpha1.LeaseHeld
 		l.DeletionTimestamp = &metav1.Time{Time: clk.Now()}
 		e, r, c := exporterFor(t, s, clk, l)
-		var cursorWrites int
+		var cursorWrites, finalizerWrites int
 		e.Client = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
 			SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
 				cursorWrites++
 				return cl.SubResource(sub).Patch(ctx, obj, p, opts...)
+			},
+			Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+				finalizerWrites++
+				return cl.Patch(ctx, obj, p, opts...)
 			},
 		})
 		req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(l)}
@@ -280,13 +287,17 @@ func TestAReleasedLeaseGoesWithoutItsLastCursorWrite(t *testing.T) {
 		}
 		got := &leasingv1alpha1.MacNodeLease{}
 		if err := c.Get(context.Background(), req.NamespacedName, got); err != nil {
-			t.Fatalf("restart %v: the lease went while the lease controller's finalizer was on: %v", restart, err)
+			t.Fatalf("restart %v: the lease went while Held, the lease controller's finalizer on: %v", restart, err)
+		}
+		if finalizerWrites != 0 || len(got.Finalizers) != 2 {
+			t.Fatalf("restart %v: %d finalizer writes, finalizers %v; want none while Held", restart, finalizerWrites, got.Finalizers)
 		}
 		if restart {
 			r = &kindReconciler{e: e, k: e.kinds[0]}
 		}
-		got.Finalizers = []string{fleetv1alpha1.AuditFinalizer}
-		if err := c.Update(context.Background(), got); err != nil {
+		// The lease controller's release: Released, its finalizer left on.
+		got.Status.Phase = leasingv1alpha1.LeaseReleased
+		if err := c.Status().Update(context.Background(), got); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := r.Reconcile(context.Background(), req); err != nil {
@@ -301,6 +312,9 @@ func TestAReleasedLeaseGoesWithoutItsLastCursorWrite(t *testing.T) {
 		}
 		if err := c.Get(context.Background(), req.NamespacedName, got); err == nil {
 			t.Fatalf("restart %v: the lease stays with finalizers %v after its last record", restart, got.Finalizers)
+		}
+		if finalizerWrites != 1 {
+			t.Fatalf("restart %v: %d finalizer writes; want both finalizers off in one", restart, finalizerWrites)
 		}
 	}
 }

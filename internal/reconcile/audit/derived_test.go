@@ -152,6 +152,61 @@ func TestAnInstancesDerivedRecordsGoOutThroughAnOutageARestartAndItsDeletion(t *
 	}
 }
 
+// A deleted instance whose wipe is on record loses the agent's finalizer
+// and the exporter's in one write, after its deleted record (issue 39): the
+// agent, which wrote the wipe, leaves its own to that write. The positive
+// control: stopped, its wipe not on record, it keeps both.
+func TestTheExporterTakesTheAgentsFinalizerOnceTheWipeIsOnRecord(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 6, 5, 12, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(t0)
+	mt := func(d time.Duration) *metav1.Time { t := metav1.NewTime(t0.Add(d)); return &t }
+	inst := &computev1alpha1.MacOSInstance{ObjectMeta: metav1.ObjectMeta{Name: "vm", Namespace: "t", UID: "i-1",
+		CreationTimestamp: *mt(0), DeletionTimestamp: mt(time.Hour),
+		Finalizers: []string{fleetv1alpha1.AuditFinalizer, fleetv1alpha1.DiskWipeFinalizer}},
+		Spec: computev1alpha1.MacOSInstanceSpec{LeaseName: "mini", ImageName: "sequoia"}}
+	inst.Status.NodeName = "c02a"
+	inst.Status.Runtime = &computev1alpha1.RuntimeStatus{Phase: computev1alpha1.VMStopped, StartedAt: mt(time.Minute),
+		LastStop: &computev1alpha1.VMStop{Method: computev1alpha1.StopRequestStop, Reason: computev1alpha1.StopReasonInstanceDeleted, At: *mt(time.Hour)}}
+	s := &sink{}
+	e, _, c := exporterFor(t, s, clk, inst)
+	var finalizerWrites int
+	e.Client = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			finalizerWrites++
+			return cl.Patch(ctx, obj, p, opts...)
+		},
+	})
+	r := reconcilerOf(e, fleetv1alpha1.AuditKindInstance)
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(inst)}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	got := &computev1alpha1.MacOSInstance{}
+	if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+		t.Fatalf("the instance went before its wipe was on record: %v", err)
+	}
+	if finalizerWrites != 0 || slices.Contains(s.ids, event.DeletedID("instance", "i-1")) {
+		t.Fatalf("%d finalizer writes, published %v; want none and no deleted record before the wipe", finalizerWrites, s.ids)
+	}
+
+	// The agent's one write: the wipe's evidence, its finalizer left on.
+	got.Status.Runtime.WipedAt = mt(time.Hour + time.Second)
+	got.Status.Runtime.Wipe = &fleetv1alpha1.WipeEvidence{Method: "unlink", Bytes: 1, WipedAt: *mt(time.Hour + time.Second)}
+	if err := c.Status().Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, req.NamespacedName, got); err == nil {
+		t.Fatalf("the instance stays with finalizers %v after its wipe and last record", got.Finalizers)
+	}
+	if finalizerWrites != 1 || s.ids[len(s.ids)-1] != event.DeletedID("instance", "i-1") {
+		t.Fatalf("%d finalizer writes, published %v; want one write after the deleted record", finalizerWrites, s.ids)
+	}
+}
+
 // A chassis' cursor is written lazily (issue 39), once 32 records are past
 // it, and its journal's writer prunes what is before it: forty transitions
 // with the exporter running lose none. The positive control: with the

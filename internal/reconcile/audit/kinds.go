@@ -31,6 +31,12 @@ type kind struct {
 	// final, if set, says that a deleted object's journal is complete: no
 	// record will follow the ones it holds.
 	final func(client.Object) bool
+	// takes, if set, names the other finalizers on obj that the exporter
+	// takes off with its own, in the same write (issue 39): those whose
+	// owner's work is done and on record in the status, so that nothing
+	// will journal on obj again. Their owners leave them to it when the
+	// audit finalizer is on.
+	takes func(client.Object) []string
 	// lazyCursor kinds' cursor is written only when their journal needs
 	// the room (cursorRoom), not after every publish (issue 39): a lease
 	// goes with its audit finalizer, whose removal says that every record
@@ -98,16 +104,32 @@ func kinds() []*kind {
 			final: func(o client.Object) bool {
 				return o.(*leasingv1alpha1.MacNodeLease).Status.Phase == leasingv1alpha1.LeaseReleased
 			},
+			// Released: the chassis is back, and the lease controller,
+			// whose finalizer says it is not yet, leaves it to this write.
+			takes: func(o client.Object) []string {
+				if o.(*leasingv1alpha1.MacNodeLease).Status.Phase == leasingv1alpha1.LeaseReleased {
+					return []string{fleetv1alpha1.LeaseFinalizer}
+				}
+				return nil
+			},
 		},
 		{
 			// Derived: a deleted instance's records are complete once no
-			// other finalizer is left (the agent's goes after the wipe's
-			// evidence), which finalize waits for anyway.
+			// other finalizer is left but the agent's with the wipe's
+			// evidence on record, which finalize waits for anyway.
 			name: fleetv1alpha1.AuditKindInstance, controller: "macrack-audit", finalized: true,
 			newObject: func() client.Object { return &computev1alpha1.MacOSInstance{} },
 			newList:   func() client.ObjectList { return &computev1alpha1.MacOSInstanceList{} },
 			derive: func(o client.Object) []fleetv1alpha1.AuditRecord {
 				return journal.Instance(o.(*computev1alpha1.MacOSInstance))
+			},
+			// The wipe on record (instance.wipe): the agent, which writes
+			// it and nothing after, leaves its finalizer to this write.
+			takes: func(o client.Object) []string {
+				if rt := o.(*computev1alpha1.MacOSInstance).Status.Runtime; rt != nil && rt.WipedAt != nil {
+					return []string{fleetv1alpha1.DiskWipeFinalizer}
+				}
+				return nil
 			},
 		},
 		{

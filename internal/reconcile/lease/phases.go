@@ -251,7 +251,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 	lease := s.lease
 	if s.node == nil {
 		// Never bound, or released on an earlier pass.
-		controllerutil.RemoveFinalizer(lease, fleetv1alpha1.LeaseFinalizer)
+		letGo(lease)
 		return ctrl.Result{}, nil
 	}
 	era := s.node.Status.Binding.EarliestReleaseAt.Time
@@ -272,6 +272,19 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, nil
 	}
 	return r.release(ctx, s)
+}
+
+// letGo takes the lease's finalizer off, now that its chassis is free (or
+// it never had one), unless the audit exporter takes it: a Released lease
+// that carries the audit finalizer loses both in the exporter's one write,
+// once its last records are out, rather than in one write each (issue
+// 39). The Released status, which this controller writes first, is what
+// the exporter waits for.
+func letGo(lease *leasingv1alpha1.MacNodeLease) {
+	if lease.Status.Phase == leasingv1alpha1.LeaseReleased && controllerutil.ContainsFinalizer(lease, fleetv1alpha1.AuditFinalizer) {
+		return
+	}
+	controllerutil.RemoveFinalizer(lease, fleetv1alpha1.LeaseFinalizer)
 }
 
 // waitsForRecovery reports whether a release waits for the chassis to come
@@ -329,7 +342,7 @@ func (r *Reconciler) release(ctx context.Context, s *scope) (ctrl.Result, error)
 	releasedAt := freed.Status.History[len(freed.Status.History)-1].ReleasedAt
 	lease.Status.Phase = leasingv1alpha1.LeaseReleased
 	lease.Status.ReleasedAt = &releasedAt
-	controllerutil.RemoveFinalizer(lease, fleetv1alpha1.LeaseFinalizer)
+	letGo(lease)
 	s.node, s.released = nil, true
 	if freed.Spec.Retired {
 		s.retired = true

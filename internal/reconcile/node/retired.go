@@ -15,6 +15,7 @@ import (
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/chassis"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 )
 
@@ -42,7 +43,7 @@ func (r *Reconciler) reconcileRetired(ctx context.Context, s *scope) error {
 	}
 	var stuck []computev1alpha1.MacOSInstance
 	for _, i := range list.Items {
-		if !i.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(&i, fleetv1alpha1.DiskWipeFinalizer) {
+		if !i.DeletionTimestamp.IsZero() && chassis.AwaitsWipe(&i) {
 			stuck = append(stuck, i)
 		}
 	}

@@ -10,10 +10,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/chassis"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/phase"
 )
@@ -145,9 +145,10 @@ func (r *Reconciler) observeInstances(ctx context.Context, s *scope) error {
 
 // gone: a deleted instance whose agent has wiped it holds no VM and no
 // disk. It may linger, held by its audit finalizer until its last records
-// are out, but on no slot.
+// are out (and by the agent's, which that exporter takes off with its own),
+// but on no slot.
 func gone(i computev1alpha1.MacOSInstance) bool {
-	return !i.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(&i, fleetv1alpha1.DiskWipeFinalizer)
+	return !i.DeletionTimestamp.IsZero() && !chassis.AwaitsWipe(&i)
 }
 
 // quarantineFence says why a chassis takes no new instance, as

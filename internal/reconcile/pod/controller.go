@@ -32,7 +32,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -40,6 +39,7 @@ import (
 
 	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	"github.com/boualleiguie/macrack-operator/internal/chassis"
 	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/index"
 	"github.com/boualleiguie/macrack-operator/internal/patch"
@@ -226,8 +226,7 @@ func gone(i *computev1alpha1.MacOSInstance) bool {
 	if i.DeletionTimestamp.IsZero() {
 		return false
 	}
-	wiped := i.Status.Runtime != nil && i.Status.Runtime.WipedAt != nil
-	return wiped || !controllerutil.ContainsFinalizer(i, fleetv1alpha1.DiskWipeFinalizer)
+	return !chassis.AwaitsWipe(i)
 }
 
 // observe reads the instance's chassis, Node and Pod.

@@ -125,12 +125,20 @@ func takeInHand(e enrolled, inst *computev1alpha1.MacOSInstance) {
 }
 
 // wipeAndLetGo does as e's agent does after a wipe: it records the wipe in
-// status.runtime.wipedAt, then removes its macrack.io/disk-wipe finalizer.
+// status.runtime.wipedAt, then removes its macrack.io/disk-wipe finalizer,
+// unless the instance carries no other finalizer but the audit exporter's,
+// which then takes both off in one write (issue 39).
 func wipeAndLetGo(e enrolled, inst *computev1alpha1.MacOSInstance) {
 	GinkgoHelper()
 	Expect(e.client.Status().Patch(ctx, inst, mergePatch(map[string]any{"status": map[string]any{
 		"runtime": map[string]any{"phase": string(computev1alpha1.VMStopped), "wipedAt": time.Now().UTC().Format(time.RFC3339)}}}))).To(Succeed())
-	Expect(patchFinalizers(e.client, inst, nil, fleetv1alpha1.DiskWipeFinalizer)).To(Succeed())
+	leftToExporter := slices.Contains(inst.Finalizers, fleetv1alpha1.AuditFinalizer) &&
+		!slices.ContainsFunc(inst.Finalizers, func(f string) bool {
+			return f != fleetv1alpha1.AuditFinalizer && f != fleetv1alpha1.DiskWipeFinalizer
+		})
+	if !leftToExporter {
+		Expect(patchFinalizers(e.client, inst, nil, fleetv1alpha1.DiskWipeFinalizer)).To(Succeed())
+	}
 }
 
 func macNode(name string) *fleetv1alpha1.MacNode {

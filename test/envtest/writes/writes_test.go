@@ -266,10 +266,11 @@ var _ = Describe("One lease's whole life, on a quiet cluster", Ordered, func() {
 			"tenant macnodeleases.leasing.macrack.io DELETE":  1,
 			"tenant macosinstances.compute.macrack.io POST":   1,
 			"tenant macosinstances.compute.macrack.io DELETE": 1,
-			// The finalizers: macrack.io/lease off at release;
-			// macrack.io/audit off after the deleted record. Both came on
-			// with the tenant's create (the mutating webhook).
-			"operator macnodeleases.leasing.macrack.io PATCH": 2,
+			// The finalizers: macrack.io/lease and macrack.io/audit off in
+			// one write, the exporter's, after the deleted record, which
+			// follows the lease controller's Released (issue 39). Both came
+			// on with the tenant's create (the mutating webhook).
+			"operator macnodeleases.leasing.macrack.io PATCH": 1,
 			// The lease's status: one write per phase it enters, Bound,
 			// Held, Released, each carrying its journal records (created,
 			// bound, Bound=True, ChassisAvailable=True; held, Held=True,
@@ -299,8 +300,11 @@ var _ = Describe("One lease's whole life, on a quiet cluster", Ordered, func() {
 			// reported yet (issue 39): the Pod as created, Pending, says so
 			// already. Not Succeeded as the deleted instance's VM stops
 			// (issue 39): the stop comes with the wipe, and the Pod goes.
-			"operator pods/status PATCH":                       1,
-			"operator macosinstances.compute.macrack.io PATCH": 1, // the exporter's macrack.io/audit off after the deleted record; on with the create
+			"operator pods/status PATCH": 1,
+			// The exporter's macrack.io/audit off after the deleted record,
+			// on with the create; the agent's macrack.io/disk-wipe with it,
+			// in that one write, its wipe on record (issue 39).
+			"operator macosinstances.compute.macrack.io PATCH": 1,
 			// The instance's status: no journal write (issue 39): its
 			// records (created, placed, running, stopped, wiped) are derived
 			// from the facts its owners write anyway. Each writer applying
@@ -308,14 +312,14 @@ var _ = Describe("One lease's whole life, on a quiet cluster", Ordered, func() {
 			// is made (the Pod controller; not again at the generation the
 			// delete raised, issue 39).
 			"operator macosinstances.compute.macrack.io/status APPLY": 2,
-			// The agent: its finalizer on when placed, off after the wipe;
-			// the VM Running (with the guest's first report), then Stopped
+			// The agent: its finalizer on when placed (the exporter takes
+			// it off, above); the VM Running (with the guest's first report), then Stopped
 			// with the wipe's evidence, in one write (issue 39); on the
 			// chassis, its one reporter's
 			// writes: the inventory with the VM running, with the golden
 			// cache (the clone is a cache hit), and the inventory empty
 			// again with the wipes (issue 37: 4 + transient before).
-			"agent macosinstances.compute.macrack.io PATCH":        2,
+			"agent macosinstances.compute.macrack.io PATCH":        1,
 			"agent macosinstances.compute.macrack.io/status PATCH": 2,
 			"agent macnodes.fleet.macrack.io/status PATCH":         2 + transient + cacheAlone,
 			// Events: LeaseBound, NodeTainted, Placed, PodCreated, DiskWiped,
