@@ -205,7 +205,6 @@ func TestAChassisIsJudgedOnlyOnceItsFactsAreIn(t *testing.T) {
 // whose chassis changed elsewhere reuses the clean verdict its facts and
 // class had, and asks the policies nothing; new facts, or a changed class,
 // are judged again, and refused when they fail.
-// Proves: node.commercial
 func TestACompliantChassisIsJudgedAgainOnlyWhenItsFactsOrClassChange(t *testing.T) {
 	ctx := context.Background()
 	r, c := reconciler(t, macNode(good()), class())
