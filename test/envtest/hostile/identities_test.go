@@ -194,11 +194,26 @@ var _ = Describe("identities", Ordered, ContinueOnFailure, func() {
 			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: owner.node}}
 			untaint := mergePatch(map[string]any{"spec": map[string]any{"taints": []any{}}})
 
+			other := b
+			if owner.node == b.node {
+				other = a
+			}
+			foreignBeat := func() *coordinationv1.Lease {
+				return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: other.node, Namespace: host.HeartbeatNamespace},
+					Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(other.node)}}
+			}
 			// A binding the operator has just restored (the test before
 			// deletes it) reaches the API server's admission within about a
-			// second, when its policy cache next compiles: wait for it.
+			// second, when its policy cache next compiles; and the agents'
+			// roles, which the operator takes back while the binding is
+			// gone, come back after it, the ClusterRoleBinding first and the
+			// heartbeat namespace's RoleBinding next: wait for all of them,
+			// so that what follows is refused by the policy, not by RBAC.
 			Eventually(func(g Gomega) {
 				err := owner.client.Patch(ctx, n, untaint)
+				g.Expect(err).To(HaveOccurred())
+				g.Expect(err.Error()).To(ContainSubstring("ValidatingAdmissionPolicy 'macrack-agent-scope'"))
+				err = owner.client.Create(ctx, foreignBeat())
 				g.Expect(err).To(HaveOccurred())
 				g.Expect(err.Error()).To(ContainSubstring("ValidatingAdmissionPolicy 'macrack-agent-scope'"))
 			}, 10*time.Second).Should(Succeed())
@@ -223,13 +238,7 @@ var _ = Describe("identities", Ordered, ContinueOnFailure, func() {
 
 			By("an agent stays fenced")
 			harness.ExpectPolicyDenial(owner.client.Patch(ctx, n, untaint), "agent.scope")
-			other := b
-			if owner.node == b.node {
-				other = a
-			}
-			harness.ExpectPolicyDenial(owner.client.Create(ctx, &coordinationv1.Lease{
-				ObjectMeta: metav1.ObjectMeta{Name: other.node, Namespace: host.HeartbeatNamespace},
-				Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(other.node)}}), "agent.scope")
+			harness.ExpectPolicyDenial(owner.client.Create(ctx, foreignBeat()), "agent.scope")
 
 			By("the operator, back, restores its params within 10 s")
 			op = startOperator()
