@@ -56,8 +56,14 @@ func DeleteInstances(ctx context.Context, c client.Client, namespace, name strin
 // exporter takes it off with its own last records (issue 39); it holds no
 // VM and no disk by then.
 func AwaitsWipe(inst *computev1alpha1.MacOSInstance) bool {
-	wiped := inst.Status.Runtime != nil && inst.Status.Runtime.WipedAt != nil
-	return !wiped && controllerutil.ContainsFinalizer(inst, fleetv1alpha1.DiskWipeFinalizer)
+	return !Wiped(inst) && controllerutil.ContainsFinalizer(inst, fleetv1alpha1.DiskWipeFinalizer)
+}
+
+// Wiped reports whether inst's disk wipe is on record: its agent wrote
+// status.runtime.wipedAt, which instance.wipe requires before
+// macrack.io/disk-wipe goes, and writes nothing after it.
+func Wiped(inst *computev1alpha1.MacOSInstance) bool {
+	return inst.Status.Runtime != nil && inst.Status.Runtime.WipedAt != nil
 }
 
 // Outcome is where a release stands after one pass.

@@ -37,6 +37,7 @@ import (
 	"github.com/boualleiguie/macrack-operator/internal/agent/report"
 	"github.com/boualleiguie/macrack-operator/internal/agent/vmspec"
 	"github.com/boualleiguie/macrack-operator/internal/cachewait"
+	"github.com/boualleiguie/macrack-operator/internal/chassis"
 	"github.com/boualleiguie/macrack-operator/internal/conflict"
 	"github.com/boualleiguie/macrack-operator/internal/finalizer"
 	"github.com/boualleiguie/macrack-operator/internal/guest"
@@ -567,7 +568,7 @@ func (r *Instances) teardown(ctx context.Context, log logr.Logger, inst *compute
 // wipedForExport: the wipe is on record, and the audit exporter takes
 // macrack.io/disk-wipe off with its own (leftToExporter).
 func wipedForExport(inst *computev1alpha1.MacOSInstance) bool {
-	return inst.Status.Runtime != nil && inst.Status.Runtime.WipedAt != nil && leftToExporter(inst)
+	return chassis.Wiped(inst) && leftToExporter(inst)
 }
 
 // leftToExporter: the instance carries the audit exporter's finalizer and

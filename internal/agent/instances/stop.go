@@ -17,6 +17,7 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/agent/driver"
 	"github.com/boualleiguie/macrack-operator/internal/agent/helper"
+	"github.com/boualleiguie/macrack-operator/internal/chassis"
 	"github.com/boualleiguie/macrack-operator/internal/guest"
 )
 
@@ -111,7 +112,7 @@ const (
 // back for a wipe that may take a while to succeed. It returns cause, for a
 // retry.
 func (r *Instances) stoppedUnwiped(ctx context.Context, inst *computev1alpha1.MacOSInstance, stop *computev1alpha1.VMStop, cause error) error {
-	if inst.Status.Runtime != nil && inst.Status.Runtime.WipedAt != nil {
+	if chassis.Wiped(inst) {
 		return cause
 	}
 	if err := r.reportStopped(ctx, inst, msgStoppedUnwiped+cause.Error(), stop); err != nil {

@@ -8,6 +8,7 @@ import (
 	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
 	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/audit/journal"
+	"github.com/boualleiguie/macrack-operator/internal/chassis"
 )
 
 // kind is what the exporter needs to know of one journaled kind.
@@ -126,7 +127,7 @@ func kinds() []*kind {
 			// The wipe on record (instance.wipe): the agent, which writes
 			// it and nothing after, leaves its finalizer to this write.
 			takes: func(o client.Object) []string {
-				if rt := o.(*computev1alpha1.MacOSInstance).Status.Runtime; rt != nil && rt.WipedAt != nil {
+				if chassis.Wiped(o.(*computev1alpha1.MacOSInstance)) {
 					return []string{fleetv1alpha1.DiskWipeFinalizer}
 				}
 				return nil
