@@ -219,12 +219,21 @@ func (r *regoRule) specialize(ctx context.Context, s shape, input ast.Value) (*s
 		return nil, fmt.Errorf("%s: partial evaluation gave %d queries", r.id, len(pq.Queries))
 	}
 	query := presentObjects(s, pq.Queries[0], pq.Support)
+	if len(pq.Support) == 0 && isEmptySet(query) {
+		// Nothing to evaluate: decide skips the rule, so no compiler is
+		// built, nor kept for the life of the cache entry.
+		return &specialized{none: true}, nil
+	}
 	// The residual's support modules may still name the rule's own rules and
-	// the libraries: compile them together.
+	// the libraries: compile them together. A residual that names none of
+	// them (most: partial evaluation inlined them) compiles alone, and its
+	// compiler, kept with the cache entry, holds no copy of them.
 	compiler := newCompiler()
 	modules := make(map[string]*ast.Module, len(r.modules)+len(pq.Support))
-	for name, m := range r.modules {
-		modules[name] = m.Copy()
+	if namesBundle(query, pq.Support) {
+		for name, m := range r.modules {
+			modules[name] = m.Copy()
+		}
 	}
 	for i, m := range pq.Support {
 		modules[fmt.Sprintf("partial/%d.rego", i)] = m
@@ -236,7 +245,35 @@ func (r *regoRule) specialize(ctx context.Context, s shape, input ast.Value) (*s
 	if err != nil {
 		return nil, fmt.Errorf("%s: preparing the specialized query: %w", r.id, err)
 	}
-	return &specialized{query: prepared, none: len(pq.Support) == 0 && isEmptySet(query)}, nil
+	return &specialized{query: prepared}, nil
+}
+
+// partialRoot is where partial evaluation puts the support modules' rules.
+var partialRoot = ast.DefaultRootRef.Append(ast.StringTerm("partial"))
+
+// namesBundle reports whether query or its support refers to any document
+// under data other than the support's own (data.partial): a rule of the
+// bundle, which must then be compiled beside them. Any such reference
+// counts, so that none is left undefined.
+func namesBundle(query ast.Body, support []*ast.Module) bool {
+	names := false
+	visit := func(x any) {
+		ast.WalkRefs(x, func(ref ast.Ref) bool {
+			if ref.HasPrefix(ast.DefaultRootRef) && !ref.HasPrefix(partialRoot) {
+				names = true
+			}
+			return names
+		})
+	}
+	visit(query)
+	for _, m := range support {
+		for _, r := range m.Rules {
+			if visit(r); names {
+				return true
+			}
+		}
+	}
+	return names
 }
 
 // isEmptySet reports whether query is `violations = set()`: no violation

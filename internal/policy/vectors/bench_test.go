@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"runtime"
 	"slices"
 	"sort"
 	"syscall"
@@ -233,4 +234,36 @@ func BenchmarkLoad(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkShapesRetained: the heap an engine keeps once every vector's
+// request shape has been specialized, as a long-running webhook's engine
+// holds it (issue 39: the operator's peak RSS). Each op loads an engine and
+// decides every vector once.
+func BenchmarkShapesRetained(b *testing.B) {
+	cases, err := Load(os.DirFS(vectorsDir()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	var loaded, warmed float64
+	for i := 0; i < b.N; i++ {
+		var m0, m1, m2 runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m0)
+		e, err := policy.Load(ctx, policies.FS)
+		if err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&m1)
+		Run(ctx, e, cases)
+		runtime.GC()
+		runtime.ReadMemStats(&m2)
+		runtime.KeepAlive(e)
+		loaded += float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc)) / 1e6
+		warmed += float64(int64(m2.HeapAlloc)-int64(m1.HeapAlloc)) / 1e6
+	}
+	b.ReportMetric(loaded/float64(b.N), "loaded-MB")
+	b.ReportMetric(warmed/float64(b.N), "shapes-MB")
 }
