@@ -233,6 +233,9 @@ var _ = Describe("Instances' Pods", Ordered, SpecPriority(1), func() {
 				}
 				return before.UID
 			}).ShouldNot(Equal(before.UID), "the Pod is made again after %s", labels)
+			// Its status is a write of its own, after the create: the next
+			// spec counts the real Pods' writes from a quiet start.
+			Eventually(func() corev1.ConditionStatus { return readyOf(podOf(ci1)) }).Should(Equal(corev1.ConditionTrue))
 			Expect(podOf(ci1).Labels).To(And(HaveKeyWithValue(fleetv1alpha1.InstancePodLabel, "true"), HaveKeyWithValue(fleetv1alpha1.InstanceUIDLabel, uid)))
 			Expect(agent.HelperPID(uid)).To(Equal(pid), "the VM was restarted")
 		}
