@@ -444,6 +444,14 @@ func (se *storeEnv) ensureReady(t *testing.T, img *fleetv1alpha1.MacOSImage) {
 	if st.Phase != fleetv1alpha1.ImageReady {
 		t.Fatalf("%s: %+v, want Ready", img.Name, st)
 	}
+	// The golden is Ready before its pull's goroutine has released its
+	// reservation and busy count; a test that next needs room waits for
+	// that, or finds the golden still held.
+	for deadline := time.Now().Add(20 * time.Second); se.running(img.Name); time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: Ready, but its pull still runs", img.Name)
+		}
+	}
 }
 
 func (se *storeEnv) running(name string) bool {
