@@ -158,7 +158,12 @@ func (r *Reconciler) assessHeartbeat(ctx context.Context, s *scope) (ctrl.Result
 	if heartbeatStale(hb, r.HeartbeatGrace, s.now.Time) {
 		s.agent = metav1.ConditionFalse
 		s.agentMessage = fmt.Sprintf("no heartbeat since %s (more than %s)", hb.Spec.RenewTime.UTC().Format(time.RFC3339), r.HeartbeatGrace)
-		return ctrl.Result{}, nil
+		// A silent chassis is looked at again every grace, as
+		// kube-controller-manager's node lifecycle controller polls,
+		// rather than only on the renewal's watch event: at N = 1,000
+		// one chassis whose renewals resumed stayed NotReady for 20
+		// minutes without a reconcile (BENCHMARKS.md).
+		return ctrl.Result{RequeueAfter: r.HeartbeatGrace}, nil
 	}
 	s.agent, s.agentMessage = metav1.ConditionTrue, "the host agent heartbeats"
 	return ctrl.Result{RequeueAfter: deadline.Sub(s.now.Time)}, nil
