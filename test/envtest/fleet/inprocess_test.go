@@ -29,7 +29,8 @@ import (
 // `make run FLEET=N` does past a few: each agent is its own ServiceAccount
 // with its own token, its chassis comes Ready, a tenant's two instances
 // run on one, and a mini whose agent stops is marked NotReady within the
-// heartbeat grace while the others stay Ready.
+// heartbeat grace while the others stay Ready. The operator runs under
+// its own ClusterRole and Role, not as a cluster administrator.
 func TestInProcessFleet(t *testing.T) {
 	ctx := context.Background()
 	env, err := harness.Start(harness.WithWebhooks)
@@ -48,7 +49,11 @@ func TestInProcessFleet(t *testing.T) {
 	}
 	const beat, grace = time.Second, 4 * time.Second
 	clk := &harness.OffsetClock{}
-	op, err := env.StartOperator(harness.OperatorOptions{Webhooks: true, Clock: clk, HeartbeatGrace: grace, MaxConcurrentReconciles: 4})
+	// The operator holds config/rbac's roles and nothing more, as its
+	// Deployment does: a permission the lease's life needs and the role
+	// lacks fails this test.
+	op, err := env.StartOperator(harness.OperatorOptions{Webhooks: true, Clock: clk, HeartbeatGrace: grace, MaxConcurrentReconciles: 4,
+		AsServiceAccount: true})
 	if err != nil {
 		t.Fatal(err)
 	}

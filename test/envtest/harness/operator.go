@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -93,6 +94,11 @@ type OperatorOptions struct {
 	// (kubeletca's ServingCAFile and ServingCAKeyFile), as the operator's
 	// --kubelet-serving-ca-cert-file and --kubelet-serving-ca-key-file.
 	KubeletServingCACertFile, KubeletServingCAKeyFile string
+	// AsServiceAccount runs the operator as its Deployment does: not in
+	// system:masters, which priority and fairness exempts, but in the
+	// ServiceAccount groups, with config/rbac's ClusterRole and Role
+	// bound to it. Its requests then queue where a cluster's would.
+	AsServiceAccount bool
 	// NoAdmission installs no admission policy at all, not even
 	// agent.scope, which the others get so that the operator grants the
 	// agents' roles: for a suite that proves the reconcilers alone and runs
@@ -109,7 +115,13 @@ func (e *Env) StartOperator(o OperatorOptions) (*Operator, error) {
 	if err != nil {
 		return nil, err
 	}
-	user, err := e.Environment.ControlPlane.AddUser(envtest.User{Name: OperatorUser, Groups: []string{"system:masters"}}, nil)
+	groups := []string{"system:masters"}
+	if o.AsServiceAccount {
+		if groups, err = e.bindOperatorRoles(context.Background()); err != nil {
+			return nil, err
+		}
+	}
+	user, err := e.Environment.ControlPlane.AddUser(envtest.User{Name: OperatorUser, Groups: groups}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("adding the operator's user: %w", err)
 	}
@@ -194,6 +206,31 @@ func (e *Env) StartOperator(o OperatorOptions) (*Operator, error) {
 		return nil, fmt.Errorf("the operator's cache did not sync")
 	}
 	return op, nil
+}
+
+// bindOperatorRoles creates config/rbac's roles of the operator and binds
+// them to OperatorUser, and returns the groups a ServiceAccount of
+// OperatorNamespace has.
+func (e *Env) bindOperatorRoles(ctx context.Context) ([]string, error) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: OperatorNamespace}}
+	if err := e.Client.Create(ctx, ns); client.IgnoreAlreadyExists(err) != nil {
+		return nil, err
+	}
+	if err := e.ApplyYAML(ctx, "config/rbac/role.yaml"); err != nil {
+		return nil, err
+	}
+	subjects := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: OperatorUser}}
+	for _, b := range []client.Object{
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "macrack-operator"}, Subjects: subjects,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "macrack-operator"}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "macrack-operator", Namespace: OperatorNamespace}, Subjects: subjects,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "macrack-operator"}},
+	} {
+		if err := e.Client.Create(ctx, b); err != nil {
+			return nil, fmt.Errorf("binding the operator's roles: %w", err)
+		}
+	}
+	return []string{"system:serviceaccounts", "system:serviceaccounts:" + OperatorNamespace}, nil
 }
 
 // Params are the operator's settings in the suites: the agents' namespace,
