@@ -56,3 +56,49 @@ func HeartbeatFlowSchema(agentsNamespace string) *flowcontrolv1.FlowSchema {
 		},
 	}
 }
+
+// OperatorFlowSchemaName names the FlowSchema that gives the operator's own
+// requests the priority level of the cluster's controllers.
+const OperatorFlowSchemaName = "macrack-operator"
+
+// OperatorPriorityLevel is the API server's suggested priority level of
+// kube-controller-manager and kube-scheduler.
+const OperatorPriorityLevel = "workload-high"
+
+// operatorPrecedence is that of the suggested kube-controller-manager
+// FlowSchema: after system-nodes (500) and the heartbeats (600), before
+// service-accounts (9000), which would otherwise take the operator's
+// requests.
+const operatorPrecedence = 800
+
+// OperatorFlowSchema classifies every request of the operator's identity
+// into workload-high. Without it the operator is an ordinary ServiceAccount
+// in workload-low, in the same queues as a thousand agents' reports, and a
+// burst of leases delays the binds, placements and admission-time reads
+// that would drain it (BENCHMARKS.md). It matches the operator's username
+// alone; the flow is distinguished by user, so within workload-high fair
+// queuing holds the operator to its share beside the cluster's own
+// controllers, whatever it sends.
+func OperatorFlowSchema(operatorUsername string) *flowcontrolv1.FlowSchema {
+	return &flowcontrolv1.FlowSchema{
+		TypeMeta: metav1.TypeMeta{APIVersion: flowcontrolv1.SchemeGroupVersion.String(), Kind: "FlowSchema"},
+		ObjectMeta: metav1.ObjectMeta{Name: OperatorFlowSchemaName,
+			Labels: map[string]string{partOf: "macrack"}},
+		Spec: flowcontrolv1.FlowSchemaSpec{
+			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: OperatorPriorityLevel},
+			MatchingPrecedence:         operatorPrecedence,
+			DistinguisherMethod:        &flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByUserType},
+			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
+				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindUser,
+					User: &flowcontrolv1.UserSubject{Name: operatorUsername}}},
+				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{
+					Verbs:        []string{flowcontrolv1.VerbAll},
+					APIGroups:    []string{flowcontrolv1.APIGroupAll},
+					Resources:    []string{flowcontrolv1.ResourceAll},
+					ClusterScope: true,
+					Namespaces:   []string{flowcontrolv1.NamespaceEvery},
+				}},
+			}},
+		},
+	}
+}

@@ -41,8 +41,8 @@ const SerialAnnotation = fleetv1alpha1.PolicySerialAnnotation
 const partOf = "app.kubernetes.io/part-of"
 
 // PolicyApplier applies the params ConfigMap, every
-// ValidatingAdmissionPolicy with its binding, and the agents' heartbeat
-// FlowSchema, with server-side apply, and keeps them: it watches them and
+// ValidatingAdmissionPolicy with its binding, and the FlowSchemas of the
+// agents' heartbeats and of the operator, with server-side apply, and keeps them: it watches them and
 // applies again whatever is deleted or edited. An OLM bundle can carry
 // neither VAPs nor FlowSchemas, so the operator installs the very policies
 // its engine compiled. It runs on the leader only, and never replaces an
@@ -108,7 +108,8 @@ func (a *PolicyApplier) SetupWithManager(mgr ctrl.Manager) error {
 // desired are the objects the applier keeps, as server-side apply
 // configurations.
 func (a *PolicyApplier) desired() ([]*unstructured.Unstructured, error) {
-	objs := []runtime.Object{policy.ParamsConfigMap(a.Namespace, a.Params), HeartbeatFlowSchema(a.Params.AgentsNamespace)}
+	objs := []runtime.Object{policy.ParamsConfigMap(a.Namespace, a.Params), HeartbeatFlowSchema(a.Params.AgentsNamespace),
+		OperatorFlowSchema(a.Params.OperatorUsername)}
 	aps, err := a.Engine.AdmissionPolicies(a.Params)
 	if err != nil {
 		return nil, err

@@ -65,7 +65,7 @@ type policyObject struct {
 }
 
 // policyObjects are the params ConfigMap, every ValidatingAdmissionPolicy
-// and binding, and the heartbeat FlowSchema the replicas apply, named as
+// and binding, and the two FlowSchemas the replicas apply, named as
 // `kind/name`.
 func policyObjects() []policyObject {
 	GinkgoHelper()
@@ -79,8 +79,9 @@ func policyObjects() []policyObject {
 			policyObject{"ValidatingAdmissionPolicy/" + ap.Policy.Name, &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: ap.Policy.ObjectMeta}},
 			policyObject{"ValidatingAdmissionPolicyBinding/" + ap.Binding.Name, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: ap.Binding.ObjectMeta}})
 	}
-	fs := admission.HeartbeatFlowSchema(params.AgentsNamespace)
-	objs = append(objs, policyObject{"FlowSchema/" + fs.Name, &flowcontrolv1.FlowSchema{ObjectMeta: fs.ObjectMeta}})
+	for _, fs := range []*flowcontrolv1.FlowSchema{admission.HeartbeatFlowSchema(params.AgentsNamespace), admission.OperatorFlowSchema(params.OperatorUsername)} {
+		objs = append(objs, policyObject{"FlowSchema/" + fs.Name, &flowcontrolv1.FlowSchema{ObjectMeta: fs.ObjectMeta}})
+	}
 	return objs
 }
 

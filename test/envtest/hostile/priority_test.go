@@ -64,7 +64,7 @@ func serviceAccountClassified(name string) (client.Client, *classified) {
 		"system:serviceaccounts", "system:serviceaccounts:"+agentsNamespace)
 }
 
-var _ = Describe("the agents' heartbeats", Ordered, ContinueOnFailure, func() {
+var _ = Describe("MacRack's FlowSchemas", Ordered, ContinueOnFailure, func() {
 	const class = "m4-hostile-priority"
 	var (
 		e  enrolled
@@ -85,7 +85,7 @@ var _ = Describe("the agents' heartbeats", Ordered, ContinueOnFailure, func() {
 			"the API server's suggested priority level %s exists", admission.HeartbeatPriorityLevel)
 	})
 
-	It("go to the kubelets' priority level; the agent's other writes and others' Leases do not", func() {
+	It("give the agents' heartbeats the kubelets' priority level, and not the agent's other writes or others' Leases", func() {
 		agent, rec := serviceAccountClassified(host.ServiceAccountName(e.node))
 		beat := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: e.node, Namespace: host.HeartbeatNamespace},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(e.node), RenewTime: ptr.To(metav1.NowMicro())}}
@@ -121,14 +121,62 @@ var _ = Describe("the agents' heartbeats", Ordered, ContinueOnFailure, func() {
 		Expect(srec.last()).To(Equal(fs.UID))
 	})
 
-	It("is restored by the operator within 10 s when deleted or edited", func() {
-		Expect(admin.Delete(ctx, fs)).To(Succeed())
-		Eventually(func() (types.UID, error) { got, err := flowSchema(); return got.UID, err }, 10*time.Second).
-			ShouldNot(Or(BeEmpty(), Equal(fs.UID)))
-		got, err := flowSchema()
+	It("give the operator's own requests the controllers' priority level, and no one else's", func() {
+		ofs := &flowcontrolv1.FlowSchema{}
+		Eventually(func() error { return admin.Get(ctx, client.ObjectKey{Name: admission.OperatorFlowSchemaName}, ofs) }).
+			Should(Succeed(), "the operator applied its own FlowSchema")
+		Expect(admin.Get(ctx, client.ObjectKey{Name: ofs.Spec.PriorityLevelConfiguration.Name}, &flowcontrolv1.PriorityLevelConfiguration{})).To(Succeed(),
+			"the API server's suggested priority level %s exists", admission.OperatorPriorityLevel)
+		saGroups := func(ns string) []string { return []string{"system:serviceaccounts", "system:serviceaccounts:" + ns} }
+
+		// The in-process operator is in system:masters, which the API
+		// server's exempt FlowSchema takes first; this is its identity as
+		// a Deployment's ServiceAccount has it, without that group.
+		operator, orec := classifiedAs(harness.OperatorUser, saGroups(harness.OperatorNamespace)...)
+		Expect(operator.List(ctx, &coordinationv1.LeaseList{}, client.InNamespace(host.HeartbeatNamespace))).To(Or(Succeed(), Satisfy(apierrors.IsForbidden)))
+		Expect(orec.last()).To(Equal(ofs.UID), "the operator's read")
+		Expect(operator.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{GenerateName: "op-", Namespace: harness.OperatorNamespace}})).
+			To(Or(Succeed(), Satisfy(apierrors.IsForbidden)))
+		Expect(orec.last()).To(Equal(ofs.UID), "the operator's write")
+
+		By("another ServiceAccount of the operator's namespace is an ordinary ServiceAccount request")
+		other, srec := classifiedAs("system:serviceaccount:"+harness.OperatorNamespace+":default", saGroups(harness.OperatorNamespace)...)
+		_ = other.List(ctx, &coordinationv1.LeaseList{}, client.InNamespace(host.HeartbeatNamespace))
+		Expect(srec.last()).NotTo(Or(BeEmpty(), Equal(ofs.UID)))
+
+		By("so is a ServiceAccount of the operator's name in a tenant's namespace, and a tenant")
+		tenant, err := env.NewTenant(ctx, "priority-operator-tenant")
 		Expect(err).NotTo(HaveOccurred())
-		Expect(admin.Patch(ctx, got, mergePatch(map[string]any{"spec": map[string]any{"matchingPrecedence": 9999}}))).To(Succeed())
-		Eventually(func() (int32, error) { got, err := flowSchema(); return got.Spec.MatchingPrecedence, err }, 10*time.Second).
-			Should(Equal(admission.HeartbeatFlowSchema(agentsNamespace).Spec.MatchingPrecedence))
+		namesake, nrec := classifiedAs("system:serviceaccount:"+tenant.Namespace+":"+operatorServiceAccount, saGroups(tenant.Namespace)...)
+		_ = namesake.List(ctx, &coordinationv1.LeaseList{}, client.InNamespace(tenant.Namespace))
+		Expect(nrec.last()).NotTo(Or(BeEmpty(), Equal(ofs.UID)))
+		tc, trec := classifiedAs(tenant.User)
+		_ = tc.List(ctx, &coordinationv1.LeaseList{}, client.InNamespace(tenant.Namespace))
+		Expect(trec.last()).NotTo(Or(BeEmpty(), Equal(ofs.UID)))
+
+		By("and an agent's status write stays in the agents' queue")
+		agent, arec := serviceAccountClassified(host.ServiceAccountName(e.node))
+		Expect(host.ReportFacts(ctx, agent, e.node, harness.GoodFacts())).To(Succeed())
+		Expect(arec.last()).NotTo(Or(BeEmpty(), Equal(ofs.UID), Equal(fs.UID)))
+	})
+
+	It("are restored by the operator within 10 s when deleted or edited", func() {
+		for _, want := range []*flowcontrolv1.FlowSchema{admission.HeartbeatFlowSchema(agentsNamespace), admission.OperatorFlowSchema(harness.OperatorUser)} {
+			By(want.Name)
+			get := func() (*flowcontrolv1.FlowSchema, error) {
+				got := &flowcontrolv1.FlowSchema{}
+				return got, admin.Get(ctx, client.ObjectKey{Name: want.Name}, got)
+			}
+			old, err := get()
+			Expect(err).NotTo(HaveOccurred())
+			Expect(admin.Delete(ctx, old)).To(Succeed())
+			Eventually(func() (types.UID, error) { got, err := get(); return got.UID, err }, 10*time.Second).
+				ShouldNot(Or(BeEmpty(), Equal(old.UID)))
+			got, err := get()
+			Expect(err).NotTo(HaveOccurred())
+			Expect(admin.Patch(ctx, got, mergePatch(map[string]any{"spec": map[string]any{"matchingPrecedence": 9999}}))).To(Succeed())
+			Eventually(func() (int32, error) { got, err := get(); return got.Spec.MatchingPrecedence, err }, 10*time.Second).
+				Should(Equal(want.Spec.MatchingPrecedence))
+		}
 	})
 })
