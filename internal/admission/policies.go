@@ -42,8 +42,9 @@ const partOf = "app.kubernetes.io/part-of"
 
 // PolicyApplier applies the params ConfigMap, every
 // ValidatingAdmissionPolicy with its binding, and the FlowSchemas of the
-// agents' heartbeats and of the operator, with server-side apply, and keeps them: it watches them and
-// applies again whatever is deleted or edited. An OLM bundle can carry
+// agents' heartbeats and of the operator, with server-side apply, and
+// keeps them: it watches them and applies again whatever is deleted or
+// edited. An OLM bundle can carry
 // neither VAPs nor FlowSchemas, so the operator installs the very policies
 // its engine compiled. It runs on the leader only, and never replaces an
 // object a newer bundle (a higher serial) wrote, so that two replicas of a

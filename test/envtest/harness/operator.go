@@ -209,9 +209,13 @@ func (e *Env) StartOperator(o OperatorOptions) (*Operator, error) {
 }
 
 // bindOperatorRoles creates config/rbac's roles of the operator and binds
-// them to OperatorUser, and returns the groups a ServiceAccount of
-// OperatorNamespace has.
+// them to OperatorUser, once per control plane, and returns the groups a
+// ServiceAccount of OperatorNamespace has.
 func (e *Env) bindOperatorRoles(ctx context.Context) ([]string, error) {
+	groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + OperatorNamespace}
+	if err := e.Client.Get(ctx, client.ObjectKey{Name: "macrack-operator"}, &rbacv1.ClusterRoleBinding{}); err == nil {
+		return groups, nil // an operator started before, or a replica
+	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: OperatorNamespace}}
 	if err := e.Client.Create(ctx, ns); client.IgnoreAlreadyExists(err) != nil {
 		return nil, err
@@ -230,7 +234,7 @@ func (e *Env) bindOperatorRoles(ctx context.Context) ([]string, error) {
 			return nil, fmt.Errorf("binding the operator's roles: %w", err)
 		}
 	}
-	return []string{"system:serviceaccounts", "system:serviceaccounts:" + OperatorNamespace}, nil
+	return groups, nil
 }
 
 // Params are the operator's settings in the suites: the agents' namespace,
