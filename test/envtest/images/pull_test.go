@@ -60,6 +60,9 @@ var _ = Describe("Pulling a golden on demand", Ordered, func() {
 		first = instance(mainTenant.Namespace, "od-1", mainLease.Name, image)
 		Expect(mainTenant.Client.Create(ctx, first)).To(Succeed())
 		Eventually(phaseOf(first), "60s").Should(Equal(computev1alpha1.VMRunning))
+		// The watch may deliver Running after the read above saw it.
+		Eventually(func() []computev1alpha1.RuntimeStatus { return rw.of(first.Name) }).
+			Should(ContainElement(HaveField("Phase", computev1alpha1.VMRunning)), "the watch shows Running")
 
 		seen := rw.of(first.Name)
 		pulling := slices.IndexFunc(seen, func(rt computev1alpha1.RuntimeStatus) bool {
