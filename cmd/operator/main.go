@@ -85,7 +85,7 @@ func main() {
 	fs.StringVar(&opts.webhookKeyName, "webhook-key-name", "tls.key", "The webhook serving key's file name in --webhook-cert-dir.")
 	fs.BoolVar(&opts.enableHTTP2, "enable-http2", false, "Serve webhooks and metrics over HTTP/2 as well (off: CVE-2023-44487).")
 	fs.BoolVar(&opts.enableWebhooks, "enable-webhooks", true, "Serve the defaulting and validating webhooks.")
-	fs.BoolVar(&opts.applyAdmissionPolicies, "apply-admission-policies", true, "Apply, and keep, the ValidatingAdmissionPolicies, their bindings and params, and the agents' heartbeat FlowSchema.")
+	fs.BoolVar(&opts.applyAdmissionPolicies, "apply-admission-policies", true, "Apply, and keep, the ValidatingAdmissionPolicies, their bindings and params, MacRack's FlowSchemas and its webhook's priority level.")
 	fs.StringVar(&opts.policyNamespace, "policy-namespace", envOr("POD_NAMESPACE", policy.DefaultParamsNamespace), "The namespace of the policies' params ConfigMap (the operator's own).")
 	fs.StringVar(&opts.agentsNamespace, "agents-namespace", "macrack-agents", "The namespace of the host agents' ServiceAccounts (agent-<node>).")
 	fs.StringVar(&opts.agentTokenAudiences, "agent-token-audiences", "",

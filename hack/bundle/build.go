@@ -487,6 +487,7 @@ var nativeKinds = map[string]metav1.GroupVersionKind{
 	"admissionregistration.k8s.io/validatingadmissionpolicies":       {Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingAdmissionPolicy"},
 	"admissionregistration.k8s.io/validatingadmissionpolicybindings": {Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingAdmissionPolicyBinding"},
 	"flowcontrol.apiserver.k8s.io/flowschemas":                       {Group: "flowcontrol.apiserver.k8s.io", Version: "v1", Kind: "FlowSchema"},
+	"flowcontrol.apiserver.k8s.io/prioritylevelconfigurations":       {Group: "flowcontrol.apiserver.k8s.io", Version: "v1", Kind: "PriorityLevelConfiguration"},
 	"certificates.k8s.io/certificatesigningrequests":                 {Group: "certificates.k8s.io", Version: "v1", Kind: "CertificateSigningRequest"},
 	// signers is no served resource, only what approve and sign are
 	// authorized on: it needs the CertificateSigningRequest API.

@@ -41,8 +41,9 @@ const SerialAnnotation = fleetv1alpha1.PolicySerialAnnotation
 const partOf = "app.kubernetes.io/part-of"
 
 // PolicyApplier applies the params ConfigMap, every
-// ValidatingAdmissionPolicy with its binding, and the FlowSchemas of the
-// agents' heartbeats and of the operator, with server-side apply, and
+// ValidatingAdmissionPolicy with its binding, the FlowSchemas of the
+// agents' heartbeats, of the operator and of its webhook, and the webhook's
+// priority level, with server-side apply, and
 // keeps them: it watches them and applies again whatever is deleted or
 // edited. An OLM bundle can carry
 // neither VAPs nor FlowSchemas, so the operator installs the very policies
@@ -78,6 +79,7 @@ func (a *PolicyApplier) SetupWithManager(mgr ctrl.Manager) error {
 			&admissionregistrationv1.ValidatingAdmissionPolicy{}:        {Label: selector},
 			&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}: {Label: selector},
 			&flowcontrolv1.FlowSchema{}:                                 {Label: selector},
+			&flowcontrolv1.PriorityLevelConfiguration{}:                 {Label: selector},
 			&corev1.ConfigMap{}: {
 				Namespaces: map[string]cache.Config{a.Namespace: {}},
 				Field:      fields.OneTermEqualSelector("metadata.name", policy.ParamsConfigMapName),
@@ -101,6 +103,7 @@ func (a *PolicyApplier) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(source.Kind(c, client.Object(&admissionregistrationv1.ValidatingAdmissionPolicy{}), all)).
 		WatchesRawSource(source.Kind(c, client.Object(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}), all)).
 		WatchesRawSource(source.Kind(c, client.Object(&flowcontrolv1.FlowSchema{}), all)).
+		WatchesRawSource(source.Kind(c, client.Object(&flowcontrolv1.PriorityLevelConfiguration{}), all)).
 		WatchesRawSource(source.Kind(c, client.Object(&corev1.ConfigMap{}), all)).
 		WatchesRawSource(source.Channel(start, all)).
 		Complete(conflict.Quiet(a))
@@ -109,8 +112,10 @@ func (a *PolicyApplier) SetupWithManager(mgr ctrl.Manager) error {
 // desired are the objects the applier keeps, as server-side apply
 // configurations.
 func (a *PolicyApplier) desired() ([]*unstructured.Unstructured, error) {
+	// The priority level before the FlowSchema that names it: a FlowSchema
+	// whose level is missing is dangling, and the API server ignores it.
 	objs := []runtime.Object{policy.ParamsConfigMap(a.Namespace, a.Params), HeartbeatFlowSchema(a.Params.AgentsNamespace),
-		OperatorFlowSchema(a.Params.OperatorUsername)}
+		OperatorFlowSchema(a.Params.OperatorUsername), AdmissionPriorityLevelConfiguration(), AdmissionFlowSchema(a.Params.OperatorUsername)}
 	aps, err := a.Engine.AdmissionPolicies(a.Params)
 	if err != nil {
 		return nil, err

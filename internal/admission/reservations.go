@@ -199,14 +199,14 @@ func (r *Reservations) instances(ctx context.Context, lease *leasingv1alpha1.Mac
 const LeaseNameField = "spec.leaseName"
 
 // record writes the lease's reservations, with its resourceVersion, under
-// the one field manager.
+// the one field manager. It is an update of the lease as read live, not a
+// patch: the resourceVersion makes both exact, and the verb is what puts
+// the write in the webhook's own priority level (AdmissionFlowSchema),
+// apart from the controllers' status patches.
 func (r *Reservations) record(ctx context.Context, lease *leasingv1alpha1.MacNodeLease, entries []leasingv1alpha1.InstanceReservation, listVersion string) error {
-	before := lease.DeepCopy()
 	lease.Status.Reservations = entries
 	lease.Status.ReservationsListVersion = listVersion
-	return r.Writer.Status().Patch(ctx, lease,
-		client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}),
-		client.FieldOwner(leasingv1alpha1.ReservationFieldManager))
+	return r.Writer.Status().Update(ctx, lease, client.FieldOwner(leasingv1alpha1.ReservationFieldManager))
 }
 
 // pending are the reservations that still count: those whose instance is

@@ -65,8 +65,8 @@ type policyObject struct {
 }
 
 // policyObjects are the params ConfigMap, every ValidatingAdmissionPolicy
-// and binding, and the two FlowSchemas the replicas apply, named as
-// `kind/name`.
+// and binding, the three FlowSchemas and the priority level the replicas
+// apply, named as `kind/name`.
 func policyObjects() []policyObject {
 	GinkgoHelper()
 	aps, err := engine.AdmissionPolicies(params)
@@ -79,9 +79,12 @@ func policyObjects() []policyObject {
 			policyObject{"ValidatingAdmissionPolicy/" + ap.Policy.Name, &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: ap.Policy.ObjectMeta}},
 			policyObject{"ValidatingAdmissionPolicyBinding/" + ap.Binding.Name, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: ap.Binding.ObjectMeta}})
 	}
-	for _, fs := range []*flowcontrolv1.FlowSchema{admission.HeartbeatFlowSchema(params.AgentsNamespace), admission.OperatorFlowSchema(params.OperatorUsername)} {
+	for _, fs := range []*flowcontrolv1.FlowSchema{admission.HeartbeatFlowSchema(params.AgentsNamespace), admission.OperatorFlowSchema(params.OperatorUsername),
+		admission.AdmissionFlowSchema(params.OperatorUsername)} {
 		objs = append(objs, policyObject{"FlowSchema/" + fs.Name, &flowcontrolv1.FlowSchema{ObjectMeta: fs.ObjectMeta}})
 	}
+	pl := admission.AdmissionPriorityLevelConfiguration()
+	objs = append(objs, policyObject{"PriorityLevelConfiguration/" + pl.Name, &flowcontrolv1.PriorityLevelConfiguration{ObjectMeta: pl.ObjectMeta}})
 	return objs
 }
 

@@ -7,6 +7,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,6 +16,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	computev1alpha1 "github.com/boualleiguie/macrack-operator/api/compute/v1alpha1"
+	fleetv1alpha1 "github.com/boualleiguie/macrack-operator/api/fleet/v1alpha1"
+	leasingv1alpha1 "github.com/boualleiguie/macrack-operator/api/leasing/v1alpha1"
 	"github.com/boualleiguie/macrack-operator/internal/admission"
 	"github.com/boualleiguie/macrack-operator/internal/agent/host"
 	"github.com/boualleiguie/macrack-operator/internal/enroll"
@@ -160,8 +164,91 @@ var _ = Describe("MacRack's FlowSchemas", Ordered, ContinueOnFailure, func() {
 		Expect(arec.last()).NotTo(Or(BeEmpty(), Equal(ofs.UID), Equal(fs.UID)))
 	})
 
+	It("give the webhook's own requests a priority level of their own, and nothing else the operator sends", func() {
+		afs, ofs := &flowcontrolv1.FlowSchema{}, &flowcontrolv1.FlowSchema{}
+		Eventually(func() error { return admin.Get(ctx, client.ObjectKey{Name: admission.OperatorFlowSchemaName}, ofs) }).Should(Succeed())
+		Eventually(func() error { return admin.Get(ctx, client.ObjectKey{Name: admission.AdmissionFlowSchemaName}, afs) }).
+			Should(Succeed(), "the operator applied the webhook's FlowSchema")
+		pl := &flowcontrolv1.PriorityLevelConfiguration{}
+		Expect(admin.Get(ctx, client.ObjectKey{Name: afs.Spec.PriorityLevelConfiguration.Name}, pl)).To(Succeed(),
+			"the operator applied the webhook's priority level %s", admission.AdmissionPriorityLevel)
+		Expect(pl.Spec.Limited).NotTo(BeNil())
+		Expect(pl.Spec.Limited.LendablePercent).To(HaveValue(BeZero()), "it lends none of its seats")
+		Eventually(func() (flowcontrolv1.ConditionStatus, error) {
+			err := admin.Get(ctx, client.ObjectKeyFromObject(afs), afs)
+			for _, c := range afs.Status.Conditions {
+				if c.Type == flowcontrolv1.FlowSchemaConditionDangling {
+					return c.Status, err
+				}
+			}
+			return "", err
+		}, 10*time.Second).Should(Equal(flowcontrolv1.ConditionFalse), "the API server found its priority level")
+
+		tenant, err := env.NewTenant(ctx, "priority-admission-tenant")
+		Expect(err).NotTo(HaveOccurred())
+		lease := &leasingv1alpha1.MacNodeLease{ObjectMeta: metav1.ObjectMeta{Namespace: tenant.Namespace, Name: "l-none"}}
+		// The operator's identity as a Deployment's ServiceAccount has it
+		// (see above). Whether each request is then allowed or found does
+		// not matter: it was classified first.
+		operator, orec := classifiedAs(harness.OperatorUser, "system:serviceaccounts", "system:serviceaccounts:"+harness.OperatorNamespace)
+		webhookSends := []struct {
+			what string
+			send func() error
+		}{
+			{"a lease read by name", func() error { return operator.Get(ctx, client.ObjectKeyFromObject(lease), lease) }},
+			{"a MacNode read by name", func() error { return operator.Get(ctx, client.ObjectKey{Name: e.node}, &fleetv1alpha1.MacNode{}) }},
+			{"a class read by name", func() error { return operator.Get(ctx, client.ObjectKey{Name: class}, &fleetv1alpha1.MacNodeClass{}) }},
+			{"an image read by name", func() error { return operator.Get(ctx, client.ObjectKey{Name: "none"}, &fleetv1alpha1.MacOSImage{}) }},
+			{"one namespace's instances listed", func() error {
+				return operator.List(ctx, &computev1alpha1.MacOSInstanceList{}, client.InNamespace(tenant.Namespace))
+			}},
+			{"a reservation's status update", func() error { return operator.Status().Update(ctx, lease) }},
+			{"a SubjectAccessReview", func() error {
+				return operator.Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+					User: tenant.User, ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: tenant.Namespace, Verb: "get", Resource: "secrets"}}})
+			}},
+		}
+		for _, r := range webhookSends {
+			_ = r.send()
+			Expect(orec.last()).To(Equal(afs.UID), r.what)
+		}
+
+		By("positive control: the operator's controllers' requests stay in its own FlowSchema")
+		controllersSend := []struct {
+			what string
+			send func() error
+		}{
+			{"every namespace's instances listed, as an informer does", func() error {
+				return operator.List(ctx, &computev1alpha1.MacOSInstanceList{})
+			}},
+			{"a namespace's leases listed", func() error {
+				return operator.List(ctx, &leasingv1alpha1.MacNodeLeaseList{}, client.InNamespace(tenant.Namespace))
+			}},
+			{"a lease's status patch", func() error {
+				return operator.Status().Patch(ctx, lease, client.RawPatch(types.MergePatchType, []byte(`{"status":{}}`)))
+			}},
+			{"a MacNode's status patch", func() error {
+				return operator.Status().Patch(ctx, &fleetv1alpha1.MacNode{ObjectMeta: metav1.ObjectMeta{Name: e.node}},
+					client.RawPatch(types.MergePatchType, []byte(`{"status":{}}`)))
+			}},
+		}
+		for _, r := range controllersSend {
+			_ = r.send()
+			Expect(orec.last()).To(Equal(ofs.UID), r.what)
+		}
+
+		By("and no one else's requests: a tenant's read of a lease, an agent's read of its MacNode")
+		tc, trec := classifiedAs(tenant.User)
+		_ = tc.Get(ctx, client.ObjectKeyFromObject(lease), lease)
+		Expect(trec.last()).NotTo(Or(BeEmpty(), Equal(afs.UID)))
+		agent, arec := serviceAccountClassified(host.ServiceAccountName(e.node))
+		_ = agent.Get(ctx, client.ObjectKey{Name: e.node}, &fleetv1alpha1.MacNode{})
+		Expect(arec.last()).NotTo(Or(BeEmpty(), Equal(afs.UID)))
+	})
+
 	It("are restored by the operator within 10 s when deleted or edited", func() {
-		for _, want := range []*flowcontrolv1.FlowSchema{admission.HeartbeatFlowSchema(agentsNamespace), admission.OperatorFlowSchema(harness.OperatorUser)} {
+		for _, want := range []*flowcontrolv1.FlowSchema{admission.HeartbeatFlowSchema(agentsNamespace), admission.OperatorFlowSchema(harness.OperatorUser),
+			admission.AdmissionFlowSchema(harness.OperatorUser)} {
 			By(want.Name)
 			get := func() (*flowcontrolv1.FlowSchema, error) {
 				got := &flowcontrolv1.FlowSchema{}
@@ -178,5 +265,22 @@ var _ = Describe("MacRack's FlowSchemas", Ordered, ContinueOnFailure, func() {
 			Eventually(func() (int32, error) { got, err := get(); return got.Spec.MatchingPrecedence, err }, 10*time.Second).
 				Should(Equal(want.Spec.MatchingPrecedence))
 		}
+
+		By("the webhook's priority level")
+		want := admission.AdmissionPriorityLevelConfiguration()
+		get := func() (*flowcontrolv1.PriorityLevelConfiguration, error) {
+			got := &flowcontrolv1.PriorityLevelConfiguration{}
+			return got, admin.Get(ctx, client.ObjectKey{Name: want.Name}, got)
+		}
+		old, err := get()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(admin.Delete(ctx, old)).To(Succeed())
+		Eventually(func() (types.UID, error) { got, err := get(); return got.UID, err }, 10*time.Second).
+			ShouldNot(Or(BeEmpty(), Equal(old.UID)))
+		got, err := get()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(admin.Patch(ctx, got, mergePatch(map[string]any{"spec": map[string]any{"limited": map[string]any{"lendablePercent": 100}}}))).To(Succeed())
+		Eventually(func() (*int32, error) { got, err := get(); return got.Spec.Limited.LendablePercent, err }, 10*time.Second).
+			Should(HaveValue(Equal(*want.Spec.Limited.LendablePercent)))
 	})
 })

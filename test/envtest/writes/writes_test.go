@@ -275,11 +275,14 @@ var _ = Describe("One lease's whole life, on a quiet cluster", Ordered, func() {
 			// Held, Released, each carrying its journal records (created,
 			// bound, Bound=True, ChassisAvailable=True; held, Held=True,
 			// Released=False; released, Bound=False, Held=False,
-			// Released=True, ChassisAvailable=False). And the instance's
-			// reservation (issue 35): written by the validating webhook as
-			// it admits the instance, dropped by the same writer once the
-			// instance is stored.
-			"operator macnodeleases.leasing.macrack.io/status PATCH": 5,
+			// Released=True, ChassisAvailable=False).
+			"operator macnodeleases.leasing.macrack.io/status PATCH": 3,
+			// The instance's reservation (issue 35): written by the
+			// validating webhook as it admits the instance, dropped by the
+			// same writer once the instance is stored. Updates, with the
+			// resourceVersion read, so that the webhook's own FlowSchema
+			// can tell them from the controllers' patches.
+			"operator macnodeleases.leasing.macrack.io/status PUT": 2,
 			// No cursor write on the lease (issue 39): its dozen records
 			// stay in its journal, far from needing the room, and go out
 			// before its audit finalizer does, whose removal says so.
