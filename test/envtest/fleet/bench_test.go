@@ -3,19 +3,23 @@ package fleet
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	_ "net/http/pprof"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -154,6 +158,7 @@ func BenchmarkFleet(b *testing.B) {
 		f.report = append(f.report, "heartbeat: 0 chassis marked NotReady for a missed heartbeat")
 	}
 	f.report = append(f.report, fmt.Sprintf("creates retried after a timeout or internal error: %d", f.retries.Load()))
+	f.report = append(f.report, f.retryReport()...)
 	fmt.Println(strings.Join(f.report, "\n"))
 	b.ReportMetric(cold.allRunning.Seconds(), "cold-s")
 	b.ReportMetric(float64(waves[len(waves)-1].peakOperator)/(1<<20), "operator-MB")
@@ -179,8 +184,42 @@ type bench struct {
 	// FLEET_WRITES_DIR set; "" without.
 	auditLog string
 	report   []string
-	// retries counts the creates retried after a timeout or internal error.
-	retries atomic.Int64
+	// retries counts the creates retried after a timeout or internal error;
+	// retryCauses counts them by the refusal's cause.
+	retries     atomic.Int64
+	retryMu     sync.Mutex
+	retryCauses map[string]int
+}
+
+// digits makes a refusal's message a cause: the same for every tenant,
+// port and name.
+var digits = regexp.MustCompile(`[0-9]+`)
+
+func (f *bench) retried(err error) {
+	f.retries.Add(1)
+	cause := digits.ReplaceAllString(err.Error(), "N")
+	if len(cause) > 160 {
+		cause = cause[:160]
+	}
+	f.retryMu.Lock()
+	defer f.retryMu.Unlock()
+	if f.retryCauses == nil {
+		f.retryCauses = map[string]int{}
+	}
+	f.retryCauses[cause]++
+}
+
+// retryReport lists the retries' causes, the most frequent first.
+func (f *bench) retryReport() []string {
+	f.retryMu.Lock()
+	defer f.retryMu.Unlock()
+	causes := slices.Collect(maps.Keys(f.retryCauses))
+	slices.SortFunc(causes, func(a, b string) int { return f.retryCauses[b] - f.retryCauses[a] })
+	out := make([]string, 0, len(causes))
+	for _, c := range causes {
+		out = append(out, fmt.Sprintf("  %d× %s", f.retryCauses[c], c))
+	}
+	return out
 }
 
 func startBench(b *testing.B, n int) *bench {
@@ -730,7 +769,8 @@ func (f *bench) idle(d time.Duration) *waveResult {
 // in f.retries and reported: they are part of the figure).
 func (f *bench) createRetrying(ctx context.Context, c client.Client, obj client.Object) error {
 	retried := false
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		err := c.Create(ctx, obj)
 		switch {
 		case err == nil:
@@ -740,12 +780,20 @@ func (f *bench) createRetrying(ctx context.Context, c client.Client, obj client.
 		case apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "admission webhook"):
 			return false, nil
 		case apierrors.IsInternalError(err) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err):
-			f.retries.Add(1)
-			retried = true
+			f.retried(err)
+			retried, last = true, err
 			return false, nil
 		}
 		return false, fmt.Errorf("creating %s %s/%s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetNamespace(), obj.GetName(), err)
 	})
+	if err != nil && last != nil {
+		// Say why it was refused until the end, and what the API server
+		// was slow at then.
+		fmt.Fprintf(os.Stderr, "creates retried, by cause:\n%s\n", strings.Join(f.retryReport(), "\n"))
+		f.printSlowRequests()
+		return fmt.Errorf("creating %s/%s: %w; refused last: %w", obj.GetNamespace(), obj.GetName(), err, last)
+	}
+	return err
 }
 
 func (f *bench) waitFor(what string, cond func() bool) {
@@ -841,4 +889,57 @@ func quantiles(d []time.Duration) string {
 	slices.Sort(s)
 	at := func(q float64) time.Duration { return s[int(q*float64(len(s)-1))].Round(10 * time.Millisecond) }
 	return fmt.Sprintf("p50 %s, p99 %s, max %s", at(0.5), at(0.99), s[len(s)-1].Round(10*time.Millisecond))
+}
+
+// slowLine matches the sums and counts of the API server's request and
+// webhook latencies.
+var slowLine = regexp.MustCompile(`^(apiserver_request_duration_seconds|apiserver_admission_webhook_admission_duration_seconds)_(sum|count)\{([^}]*)\} ([0-9.e+]+)$`)
+
+// printSlowRequests prints, from the API server's /metrics, the request
+// kinds and the webhooks with the longest mean latency so far.
+func (f *bench) printSlowRequests() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	raw, err := f.clientset.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "the API server's metrics: %v\n", err)
+		return
+	}
+	type agg struct{ sum, count float64 }
+	by := map[string]*agg{}
+	keep := regexp.MustCompile(`(verb|resource|subresource|name|operation|rejected)="([^"]*)"`)
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		m := slowLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		var key []string
+		for _, l := range keep.FindAllStringSubmatch(m[3], -1) {
+			if l[2] != "" {
+				key = append(key, l[1]+"="+l[2])
+			}
+		}
+		k := strings.TrimPrefix(m[1], "apiserver_") + " " + strings.Join(key, ",")
+		a := by[k]
+		if a == nil {
+			a = &agg{}
+			by[k] = a
+		}
+		v, _ := strconv.ParseFloat(m[4], 64)
+		if m[2] == "sum" {
+			a.sum += v
+		} else {
+			a.count += v
+		}
+	}
+	keys := slices.Collect(maps.Keys(by))
+	keys = slices.DeleteFunc(keys, func(k string) bool { return by[k].count < 5 })
+	mean := func(k string) float64 { return by[k].sum / by[k].count }
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Compare(mean(b), mean(a)) })
+	fmt.Fprintln(os.Stderr, "the API server's slowest requests and webhooks, mean since start:")
+	for _, k := range keys[:min(len(keys), 20)] {
+		fmt.Fprintf(os.Stderr, "  %.3f s over %.0f: %s\n", mean(k), by[k].count, k)
+	}
 }
