@@ -25,8 +25,9 @@ var allowed = map[string][]string{
 	"events.k8s.io":                {"events"},
 	"coordination.k8s.io":          {"leases"},
 	"admissionregistration.k8s.io": {"validatingadmissionpolicies", "validatingadmissionpolicybindings"},
-	// The agents' heartbeat FlowSchema, which an OLM bundle cannot carry.
-	"flowcontrol.apiserver.k8s.io": {"flowschemas"},
+	// MacRack's FlowSchemas and its webhook's priority level, which an OLM
+	// bundle cannot carry.
+	"flowcontrol.apiserver.k8s.io": {"flowschemas", "prioritylevelconfigurations"},
 	// The agents' kubelet serving certificates: read the requests, approve
 	// or deny them, sign them; for MacRack's signer only
 	// (TestTheOperatorApprovesAndSignsOnlyItsOwnSigner).
