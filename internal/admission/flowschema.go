@@ -160,8 +160,9 @@ func AdmissionPriorityLevelConfiguration() *flowcontrolv1.PriorityLevelConfigura
 // webhook sends: single-object reads of what the inventory reads, a list
 // of one namespace's instances (the controllers list all namespaces, from
 // their caches), the reservations' status updates (the controllers patch),
-// and SubjectAccessReviews. The other get requests the operator sends, its
-// few uncached reads, are cheap and match too.
+// and SubjectAccessReviews. The controllers' few uncached reads are of
+// Leases, Pods and Secrets, which it does not name; the reservations'
+// sweeper, the same writer as the webhook's, matches too.
 func AdmissionFlowSchema(operatorUsername string) *flowcontrolv1.FlowSchema {
 	rule := func(verb, group string, clusterScope bool, resources ...string) flowcontrolv1.ResourcePolicyRule {
 		r := flowcontrolv1.ResourcePolicyRule{Verbs: []string{verb}, APIGroups: []string{group}, Resources: resources, ClusterScope: clusterScope}
